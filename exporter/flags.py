@@ -1,0 +1,52 @@
+"""Command-line flags that also read an environment variable, shared by every volcano-monitor command.
+
+DESIGN §6: every flag has an environment variable, and bad values give one clear line and exit 2.
+argparse runs `type` over string defaults too, so a bad environment value fails exactly like a bad
+flag, naming the flag.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+from typing import Any, NoReturn
+
+
+class Parser(argparse.ArgumentParser):
+    """argparse that reports a bad flag in one line (no usage dump) and exits 2."""
+
+    def error(self, message: str) -> NoReturn:
+        self.exit(2, f"{self.prog}: error: {message} (see --help)\n")
+
+
+def env_flag(parser: argparse.ArgumentParser, flag: str, env: str, *, default: Any = None,
+             help: str, **kwargs: Any) -> None:
+    value = os.environ.get(env)
+    shown = "" if default is None else f" (default: {default})"
+    parser.add_argument(flag, default=value if value not in (None, "") else default,
+                        help=f"{help}{shown} [env {env}]", **kwargs)
+
+
+def host_port(text: str) -> tuple[str, int]:
+    """Parse HOST:PORT (IPv6 as [::1]:PORT); an empty host means all interfaces."""
+    host, sep, port_text = text.rpartition(":")
+    if not sep:
+        raise argparse.ArgumentTypeError(f"expected HOST:PORT, got {text!r}")
+    host = host.strip("[]") or "0.0.0.0"
+    try:
+        port = int(port_text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"port must be a number in {text!r}") from None
+    if not 0 <= port <= 65535:
+        raise argparse.ArgumentTypeError(f"port out of range in {text!r}")
+    return host, port
+
+
+def positive_float(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a number, got {text!r}") from None
+    if not value > 0 or value != value or value == float("inf"):
+        raise argparse.ArgumentTypeError(f"expected a positive number, got {text!r}")
+    return value

@@ -1,0 +1,36 @@
+"""The Kubernetes resource kinds volcano-monitor reads, and their API paths."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True, slots=True)
+class ResourceKind:
+    group: str  # "" for the core group
+    version: str
+    plural: str
+    kind: str
+    namespaced: bool
+
+    @property
+    def name(self) -> str:
+        """`plural.group`, as RBAC and kubectl spell it."""
+        return f"{self.plural}.{self.group}" if self.group else self.plural
+
+    def path(self, namespace: str | None = None, name: str | None = None) -> str:
+        base = f"/apis/{self.group}/{self.version}" if self.group else f"/api/{self.version}"
+        if self.namespaced and namespace:
+            base += f"/namespaces/{namespace}"
+        base += f"/{self.plural}"
+        return f"{base}/{name}" if name else base
+
+
+PODS = ResourceKind("", "v1", "pods", "Pod", True)
+NODES = ResourceKind("", "v1", "nodes", "Node", False)
+EVENTS = ResourceKind("", "v1", "events", "Event", True)
+JOBS = ResourceKind("batch.volcano.sh", "v1alpha1", "jobs", "Job", True)
+PODGROUPS = ResourceKind("scheduling.volcano.sh", "v1beta1", "podgroups", "PodGroup", True)
+QUEUES = ResourceKind("scheduling.volcano.sh", "v1beta1", "queues", "Queue", False)
+POD_METRICS = ResourceKind("metrics.k8s.io", "v1beta1", "pods", "PodMetrics", True)
+LEASES = ResourceKind("coordination.k8s.io", "v1", "leases", "Lease", True)

@@ -1,0 +1,383 @@
+"""A Kubernetes-API-compatible HTTP server over `Store`, good enough for the official Python
+client and kubectl: discovery, list (limit/continue, selectors), watch (resourceVersion,
+bookmarks, timeouts, 410), get/create/update/patch/delete, status subresources, Table printing,
+and fault injection (`/sim/faults`) for tests of the clients' resilience.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import time
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+import orjson
+from aiohttp import web
+
+from simulator import discovery
+from simulator.resources import ResourceType, find_type
+from simulator.selectors import Predicate, combine, field_selector, label_selector
+from simulator.store import JSON_PATCH, MERGE_PATCH, ApiError, Store, WatchEvent
+from simulator.tables import table
+
+JSON = "application/json"
+DEFAULT_WATCH_TIMEOUT = 1800.0
+
+
+@dataclass
+class Faults:
+    """Faults injected into API responses; tests set these over HTTP or directly."""
+
+    delay_seconds: float = 0.0  # added before every resource request
+    error_count: int = 0  # the next N resource requests answer `error_code`
+    error_code: int = 500
+    error_resource: str = ""  # plural the errors apply to ("" = any)
+    forbidden: list[str] = field(default_factory=list)  # plurals answering 403
+    malformed_lines: int = 0  # the next N watch events are sent as garbage lines
+    truncate_streams: int = 0  # the next N watch events are cut mid-line, then the stream closes
+    drop_generation: int = 0  # bumping it closes every open watch stream
+
+    def take_error(self, plural: str) -> int | None:
+        if self.error_count > 0 and self.error_resource in ("", plural):
+            self.error_count -= 1
+            return self.error_code
+        return None
+
+
+def _status_response(error: ApiError) -> web.Response:
+    return web.Response(status=error.code, body=orjson.dumps(error.status()), content_type=JSON)
+
+
+def _json(obj: Any, status: int = 200) -> web.Response:
+    return web.Response(status=status, body=orjson.dumps(obj), content_type=JSON)
+
+
+def _wants_table(request: web.Request) -> bool:
+    return "as=Table" in request.headers.get("Accept", "")
+
+
+@dataclass
+class Target:
+    rtype: ResourceType
+    namespace: str | None  # None: all namespaces (or cluster-scoped)
+    name: str | None
+    subresource: str
+    watch: bool
+
+
+class ApiServer:
+    def __init__(self, store: Store, faults: Faults | None = None, bookmark_interval: float = 5.0,
+                 metrics_source: Any = None) -> None:
+        self.store = store
+        self.faults = faults or Faults()
+        self.bookmark_interval = bookmark_interval
+        self.metrics_source = metrics_source  # object with prometheus_metrics() -> bytes
+        self.active_watches = 0
+        self.requests_total = 0
+
+    def app(self) -> web.Application:
+        app = web.Application(client_max_size=64 * 1024 * 1024)
+        def static(document: Any) -> Any:
+            async def handler(_: web.Request) -> web.Response:
+                return _json(document) if not isinstance(document, str) else web.Response(text=document)
+
+            return handler
+
+        app.router.add_get("/version", static(discovery.VERSION))
+        for probe in ("/healthz", "/readyz", "/livez"):
+            app.router.add_get(probe, static("ok"))
+        app.router.add_get("/api", static(discovery.api_versions()))
+        app.router.add_get("/apis", static(discovery.api_group_list()))
+        app.router.add_get("/sim/faults", self._get_faults)
+        app.router.add_post("/sim/faults", self._set_faults)
+        app.router.add_get("/metrics", self._metrics)
+        app.router.add_route("*", "/api/{tail:.*}", self._dispatch)
+        app.router.add_route("*", "/apis/{tail:.*}", self._dispatch)
+        return app
+
+    # ---- control endpoints ----------------------------------------------------------------------
+
+    async def _get_faults(self, _: web.Request) -> web.Response:
+        return _json(asdict(self.faults) | {"active_watches": self.active_watches, "resource_version": self.store.rv})
+
+    async def _set_faults(self, request: web.Request) -> web.Response:
+        """Body keys: any Faults field, plus `drop_watches: true` and `expire: true`."""
+        try:
+            body = orjson.loads(await request.read())
+            if not isinstance(body, dict):
+                raise ValueError("body must be an object")
+            if body.pop("drop_watches", False):
+                self.drop_watches()
+            if body.pop("expire", False):
+                self.store.compact()
+            for key, value in body.items():
+                if key not in Faults.__dataclass_fields__:
+                    raise ValueError(f"unknown fault {key!r}")
+                setattr(self.faults, key, value)
+        except (ValueError, orjson.JSONDecodeError) as exc:
+            return _status_response(ApiError(400, "BadRequest", str(exc)))
+        return await self._get_faults(request)
+
+    def drop_watches(self) -> None:
+        self.faults.drop_generation += 1
+        for bucket in self.store.buckets.values():  # wake every watcher so it notices
+            changed, bucket.changed = bucket.changed, asyncio.Event()
+            changed.set()
+
+    async def _metrics(self, _: web.Request) -> web.Response:
+        body = self.metrics_source.prometheus_metrics() if self.metrics_source is not None else b""
+        return web.Response(body=body, content_type="text/plain", charset="utf-8",
+                            headers={"X-Content-Type-Options": "nosniff"})
+
+    # ---- routing ------------------------------------------------------------------------------
+
+    def _resolve(self, path: str) -> Target | web.Response:
+        parts = [p for p in path.split("/") if p]
+        if parts[0] == "api":
+            if len(parts) < 2:
+                raise ApiError(404, "NotFound", "the server could not find the requested resource")
+            group, version, rest = "", parts[1], parts[2:]
+        else:
+            if len(parts) == 2:
+                return _json(discovery.api_group(parts[1]))
+            if len(parts) < 3:
+                raise ApiError(404, "NotFound", "the server could not find the requested resource")
+            group, version, rest = parts[1], parts[2], parts[3:]
+        if not rest:
+            return _json(discovery.resource_list(group, version))
+        watch = rest[0] == "watch"
+        if watch:
+            rest = rest[1:]
+        namespace: str | None = None
+        if len(rest) >= 3 and rest[0] == "namespaces":
+            namespace, rest = rest[1], rest[2:]
+        plural, name = rest[0], (rest[1] if len(rest) > 1 else None)
+        subresource = rest[2] if len(rest) > 2 else ""
+        rtype = find_type(group, version, plural)
+        if rtype is None or len(rest) > 3:
+            raise ApiError(404, "NotFound", "the server could not find the requested resource")
+        if not rtype.namespaced and namespace is not None:
+            raise ApiError(404, "NotFound", f"{plural} is not namespaced")
+        if subresource and not (subresource == "status" and rtype.has_status):
+            raise ApiError(404, "NotFound", f"the server could not find the subresource {subresource!r}")
+        return Target(rtype, namespace, name, subresource, watch)
+
+    async def _dispatch(self, request: web.Request) -> web.StreamResponse:
+        self.requests_total += 1
+        try:
+            target = self._resolve(request.path)
+            if isinstance(target, web.Response):
+                return target
+            plural = target.rtype.plural
+            if self.faults.delay_seconds > 0:
+                await asyncio.sleep(self.faults.delay_seconds)
+            if plural in self.faults.forbidden:
+                raise ApiError(403, "Forbidden", f'{plural} is forbidden: User "system:serviceaccount:'
+                               'volcano-monitor:volcano-monitor" cannot list resource '
+                               f'"{plural}" in API group "{target.rtype.group}" at the cluster scope')
+            code = self.faults.take_error(plural)
+            if code is not None:
+                raise ApiError(code, "InternalError", "injected fault: internal error")
+            return await self._handle(request, target)
+        except ApiError as error:
+            return _status_response(error)
+
+    async def _handle(self, request: web.Request, t: Target) -> web.StreamResponse:
+        method = request.method
+        query = request.query
+        ns = t.namespace or ""
+        if method == "GET":
+            if t.name is None:
+                if t.watch or query.get("watch") in ("1", "true", "True"):
+                    return await self._watch(request, t)
+                return self._list(request, t)
+            obj = self.store.get(t.rtype, ns, t.name)
+            if obj is None:
+                raise self.store.not_found(t.rtype, t.name)
+            if _wants_table(request):
+                return _json(table(t.rtype, [obj], {"resourceVersion": obj["metadata"].get("resourceVersion")}))
+            return _json(obj)
+        if "create" not in t.rtype.verbs:
+            raise ApiError(405, "MethodNotAllowed", f"{t.rtype.plural} is read-only")
+        if method == "DELETE":
+            if t.name is None:
+                return self._delete_collection(request, t)
+            return _json(self.store.delete(t.rtype, ns, t.name))
+        body = await self._read_json(request)
+        if method == "POST" and t.name is None:
+            if not isinstance(body, dict):
+                raise ApiError(400, "BadRequest", "the request body must be a JSON object")
+            return _json(self.store.create(t.rtype, body, ns), 201)
+        if t.name is None:
+            raise ApiError(405, "MethodNotAllowed", f"{method} needs an object name")
+        if method == "PUT":
+            if not isinstance(body, dict):
+                raise ApiError(400, "BadRequest", "the request body must be a JSON object")
+            body_name = (body.get("metadata") or {}).get("name")
+            if body_name not in (None, t.name):
+                raise ApiError(400, "BadRequest", "the name of the object does not match the URL")
+            body.setdefault("metadata", {})["name"] = t.name
+            return _json(self.store.update(t.rtype, body, ns, t.subresource))
+        if method == "PATCH":
+            content_type = request.headers.get("Content-Type", MERGE_PATCH).split(";")[0].strip()
+            if content_type == JSON:
+                content_type = MERGE_PATCH if isinstance(body, dict) else JSON_PATCH
+            return _json(self.store.patch(t.rtype, ns, t.name, body, content_type, t.subresource))
+        raise ApiError(405, "MethodNotAllowed", f"method {method} is not allowed")
+
+    @staticmethod
+    async def _read_json(request: web.Request) -> Any:
+        try:
+            return orjson.loads(await request.read())
+        except orjson.JSONDecodeError as exc:
+            raise ApiError(400, "BadRequest", f"the request body is not valid JSON: {exc}") from exc
+
+    def _predicate(self, request: web.Request, t: Target) -> Predicate | None:
+        namespace_match: Predicate | None = None
+        if t.rtype.namespaced and t.namespace is not None:
+            wanted = t.namespace
+            namespace_match = lambda obj: obj["metadata"].get("namespace") == wanted  # noqa: E731
+        return combine(namespace_match, label_selector(request.query.get("labelSelector")),
+                       field_selector(request.query.get("fieldSelector")))
+
+    def _list(self, request: web.Request, t: Target) -> web.Response:
+        query = request.query
+        try:
+            limit = int(query.get("limit", "0") or 0)
+        except ValueError as exc:
+            raise ApiError(400, "BadRequest", "limit must be an integer") from exc
+        token = query.get("continue")
+        if token:
+            snap_token, _, offset_text = token.partition(":")
+            snap = self.store.snapshot(snap_token)
+            offset = int(offset_text or 0)
+            items, rv = snap.items, snap.rv
+        else:
+            predicate = self._predicate(request, t)
+            items = self.store.items(t.rtype, t.namespace)
+            if predicate is not None:
+                items = [s for s in items if predicate(s.obj)]
+            items.sort(key=lambda s: (s.obj["metadata"].get("namespace", ""), s.obj["metadata"]["name"]))
+            offset, rv = 0, self.store.rv
+            snap_token = ""
+        meta: dict[str, Any] = {"resourceVersion": str(rv)}
+        page = items[offset:offset + limit] if limit > 0 else items[offset:]
+        if limit > 0 and offset + limit < len(items):
+            if not snap_token:
+                snap_token = self.store.open_snapshot(items)
+            meta["continue"] = f"{snap_token}:{offset + limit}"
+            meta["remainingItemCount"] = len(items) - offset - limit
+        if _wants_table(request):
+            return _json(table(t.rtype, [s.obj for s in page], meta))
+        head = orjson.dumps({"kind": t.rtype.kind + "List", "apiVersion": t.rtype.api_version, "metadata": meta})
+        body = head[:-1] + b',"items":[' + b",".join(s.raw for s in page) + b"]}"
+        return web.Response(body=body, content_type=JSON)
+
+    def _delete_collection(self, request: web.Request, t: Target) -> web.Response:
+        predicate = self._predicate(request, t)
+        deleted = []
+        for stored in self.store.items(t.rtype, t.namespace):
+            if predicate is None or predicate(stored.obj):
+                meta = stored.obj["metadata"]
+                deleted.append(self.store.delete(t.rtype, meta.get("namespace", ""), meta["name"]))
+        return _json({"kind": t.rtype.kind + "List", "apiVersion": t.rtype.api_version,
+                      "metadata": {"resourceVersion": str(self.store.rv)}, "items": deleted})
+
+    # ---- watch ----------------------------------------------------------------------------------
+
+    async def _watch(self, request: web.Request, t: Target) -> web.StreamResponse:
+        query = request.query
+        predicate = self._predicate(request, t)
+        as_table = _wants_table(request)
+        bookmarks = query.get("allowWatchBookmarks") in ("true", "1", "True")
+        try:
+            timeout = float(query.get("timeoutSeconds", DEFAULT_WATCH_TIMEOUT))
+            rv_text = query.get("resourceVersion", "")
+            since = int(rv_text) if rv_text not in ("", "0") else None
+        except ValueError as exc:
+            raise ApiError(400, "BadRequest", f"invalid watch parameter: {exc}") from exc
+        bucket = self.store.bucket(t.rtype)
+        response = web.StreamResponse(headers={"Content-Type": JSON})
+        await response.prepare(request)
+        self.active_watches += 1
+        generation = self.faults.drop_generation
+        deadline = time.monotonic() + timeout
+        next_bookmark = time.monotonic() + self.bookmark_interval
+        rtype = t.rtype
+
+        def line(event_type: str, obj: dict[str, Any], raw: bytes | None) -> bytes:
+            if as_table:
+                raw = orjson.dumps(table(rtype, [obj], {"resourceVersion": obj["metadata"]["resourceVersion"]}))
+            elif raw is None:
+                raw = orjson.dumps(obj)
+            return b'{"type":"' + event_type.encode() + b'","object":' + raw + b"}\n"
+
+        try:
+            if since is None:  # start with the current state, as synthetic ADDED events
+                last_rv = self.store.rv
+                initial = [s for s in self.store.items(rtype, t.namespace)
+                           if predicate is None or predicate(s.obj)]
+                if initial:
+                    await response.write(b"".join(line("ADDED", s.obj, s.raw) for s in initial))
+            else:
+                last_rv = since
+            while True:
+                if self.faults.drop_generation != generation or time.monotonic() >= deadline:
+                    break
+                try:
+                    events = bucket.events_after(last_rv)
+                except ApiError as error:
+                    await response.write(b'{"type":"ERROR","object":' + orjson.dumps(error.status()) + b"}\n")
+                    break
+                if events:
+                    last_rv = events[-1].rv
+                    chunk, cut = self._render_events(events, predicate, line)
+                    if chunk:
+                        await response.write(chunk)
+                    if cut:
+                        break
+                    continue
+                now = time.monotonic()
+                if bookmarks and now >= next_bookmark:
+                    # No await since events_after found nothing: every event up to store.rv was sent.
+                    last_rv = self.store.rv
+                    mark = {"kind": rtype.kind, "apiVersion": rtype.api_version,
+                            "metadata": {"resourceVersion": str(last_rv)}}
+                    await response.write(b'{"type":"BOOKMARK","object":' + orjson.dumps(mark) + b"}\n")
+                    next_bookmark = now + self.bookmark_interval
+                    continue
+                wait = min(deadline - now, (next_bookmark - now) if bookmarks else deadline - now)
+                with contextlib.suppress(TimeoutError):
+                    await asyncio.wait_for(bucket.changed.wait(), timeout=max(wait, 0.001))
+        except (ConnectionResetError, asyncio.CancelledError):
+            pass
+        finally:
+            self.active_watches -= 1
+        with contextlib.suppress(ConnectionResetError, RuntimeError):
+            await response.write_eof()
+        return response
+
+    def _render_events(self, events: list[WatchEvent], predicate: Predicate | None,
+                       line: Any) -> tuple[bytes, bool]:
+        """Turn store events into watch lines for one watcher; True when a fault cuts the stream."""
+        out: list[bytes] = []
+        for event in events:
+            event_type = event.type
+            if predicate is not None:
+                now_match = predicate(event.obj)
+                was_match = event.old is not None and predicate(event.old)
+                if event_type == "MODIFIED" and now_match != was_match:
+                    event_type = "ADDED" if now_match else "DELETED"
+                elif not now_match:
+                    continue
+            encoded = line(event_type, event.obj, event.raw)
+            if self.faults.truncate_streams > 0:
+                self.faults.truncate_streams -= 1
+                out.append(encoded[: len(encoded) // 2])
+                return b"".join(out), True
+            if self.faults.malformed_lines > 0:
+                self.faults.malformed_lines -= 1
+                encoded = b'{"type":"MODIFIED","object":{"metadata":\x00garbage\n'
+            out.append(encoded)
+        return b"".join(out), False

@@ -1,0 +1,37 @@
+"""Helpers shared by tests that talk to the simulated cluster over HTTP."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from kubernetes import client
+
+from exporter.kube.config import api_client
+from simulator.runtime import SimulatorThread, write_kubeconfig
+
+SHARED = Path(__file__).resolve().parents[1].parent / "shared"
+
+
+def pod(name: str, namespace: str = "default", labels: dict[str, str] | None = None, **status: Any) -> dict[str, Any]:
+    return {
+        "metadata": {"name": name, "namespace": namespace, "labels": labels or {}},
+        "spec": {"containers": [{"name": "main", "image": "busybox"}]},
+        "status": {"phase": "Pending", **status},
+    }
+
+
+def client_for(sim: SimulatorThread, tmp_path: Path) -> client.ApiClient:
+    path = tmp_path / "kubeconfig"
+    write_kubeconfig(path, sim.url)
+    return api_client(str(path))
+
+
+def wait_for(condition: Callable[[], bool], timeout: float = 10.0, interval: float = 0.01) -> None:
+    deadline = time.monotonic() + timeout
+    while not condition():
+        if time.monotonic() > deadline:
+            raise AssertionError(f"condition not met within {timeout}s")
+        time.sleep(interval)
