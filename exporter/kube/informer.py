@@ -135,8 +135,7 @@ class Informer(Generic[T]):
         self.state = STARTING
         self.last_event_time: float | None = None
         self.events: Counter[str] = Counter()
-        self.lists = 0
-        self.relists = 0  # lists after the first: 410s, expired continue tokens, recoveries
+        self.relists = 0  # lists after the first complete one: 410s, expired continue tokens, 403/404 recoveries
         self.decode_errors = 0
         self.handler_errors = 0
         self.request_errors: Counter[str] = Counter()  # by HTTP code or "connection"
@@ -258,9 +257,8 @@ class Informer(Generic[T]):
     def _list_and_reconcile(self) -> None:
         """List every page, applying each as it arrives; then delete what the list no longer has."""
         self.state = LISTING
-        if self.lists:
+        if self.synced.is_set():
             self.relists += 1
-        self.lists += 1
         seen: set[str] = set()
         token = ""
         while True:
