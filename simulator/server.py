@@ -134,6 +134,10 @@ class ApiServer:
 
     def _resolve(self, path: str) -> Target | web.Response:
         parts = [p for p in path.split("/") if p]
+        if parts == ["api"]:  # `/api/`, as CoreApi asks
+            return _json(discovery.api_versions())
+        if parts == ["apis"]:
+            return _json(discovery.api_group_list())
         if parts[0] == "api":
             if len(parts) < 2:
                 raise ApiError(404, "NotFound", "the server could not find the requested resource")

@@ -139,7 +139,7 @@ def test_cache_converges_in_order(shared_sim: SimulatorThread, shared_api: clien
             elif op == "outage":  # the informer must notice the outage: wait until it is failing
                 errors = informer.request_errors["503"]
                 sim.call(apply, sim, namespace, "blind", None)
-                wait_for(lambda: informer.request_errors["503"] > errors, timeout=5)
+                wait_for(lambda errors=errors: informer.request_errors["503"] > errors, timeout=5)  # type: ignore[misc]
                 sim.call(apply, sim, namespace, op, arg)
             elif batch:
                 sim.call(apply, sim, namespace, op, arg)
