@@ -60,8 +60,8 @@ def _pod_status(obj: Obj) -> str:
         terminated = _get(status, "state", "terminated", "reason")
         if waiting:
             return str(waiting)
-        if terminated and _get(obj, "status", "phase") != "Succeeded":
-            return str(terminated)
+        if terminated:
+            return str(terminated)  # kubectl shows "Completed", "Error", "OOMKilled"
     return str(_get(obj, "status", "reason") or _get(obj, "status", "phase") or "Unknown")
 
 
