@@ -3,10 +3,17 @@
 from __future__ import annotations
 
 import argparse
+import logging
+import signal
 import sys
+import threading
 
+from exporter.app import Exporter
 from exporter.flags import Parser, env_flag, host_port
-from exporter.kube.config import ClusterConfigError, load_configuration
+from exporter.kube.config import ClusterConfigError, api_client
+from exporter.server import make_server, serve_in_background
+
+log = logging.getLogger("volcano-exporter")
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -24,7 +31,9 @@ def build_parser() -> argparse.ArgumentParser:
     env_flag(parser, "--shard", "VOLCANO_EXPORTER_SHARD", default="0", type=int,
              help="this replica's shard index, 0-based")
     env_flag(parser, "--total-shards", "VOLCANO_EXPORTER_TOTAL_SHARDS", default="1", type=int,
-             help="number of exporter replicas that split objects by UID hash")
+             help="number of exporter replicas that split objects by UID hash (FNV-1a 64, as kube-state-metrics)")
+    env_flag(parser, "--log-level", "VOLCANO_EXPORTER_LOG_LEVEL", default="INFO",
+             choices=["DEBUG", "INFO", "WARNING", "ERROR"], help="log level")
     return parser
 
 
@@ -41,14 +50,30 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
 
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
+    logging.basicConfig(level=args.log_level, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     try:
-        load_configuration(args.kubeconfig)
+        api = api_client(args.kubeconfig)
     except ClusterConfigError as exc:
         print(f"volcano-exporter: {exc}", file=sys.stderr)
         return 2
-    print("volcano-exporter: cluster configuration is valid; metric serving is not built yet "
-          "(tracked in the exporter issue)", file=sys.stderr)
-    return 3
+    host, port = args.listen
+    exporter = Exporter(api, args.namespaces, args.shard, args.total_shards)
+    try:
+        server = make_server(exporter, host, port)
+    except OSError as exc:
+        print(f"volcano-exporter: cannot listen on {host}:{port}: {exc.strerror}", file=sys.stderr)
+        return 2
+    exporter.start()
+    serve_in_background(server)
+    log.info("serving /metrics on %s:%d (shard %d of %d%s)", host, server.server_address[1], args.shard,
+             args.total_shards, f", namespaces {','.join(args.namespaces)}" if args.namespaces else "")
+    stop = threading.Event()
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        signal.signal(sig, lambda *_: stop.set())
+    stop.wait()
+    server.shutdown()
+    exporter.stop()
+    return 0
 
 
 if __name__ == "__main__":

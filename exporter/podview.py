@@ -17,7 +17,7 @@ from exporter._read import (
 )
 from exporter.podrequests import Resources, pod_resources
 
-__all__ = ["Pod", "Termination", "parse_pod"]
+__all__ = ["Pod", "Termination", "is_volcano_pod", "parse_pod"]
 
 # Volcano's pod labels / annotations (both are checked, labels first).
 JOB_NAME_KEY = "volcano.sh/job-name"
@@ -184,3 +184,23 @@ def parse_pod(raw: object) -> Pod:
         timestamp(status, "startTime", "status.", probs),
         tuple(probs) if probs else (),
     )
+
+
+_VOLCANO_KEYS = (JOB_NAME_KEY, QUEUE_NAME_KEY, GROUP_NAME_KEY, VC_QUEUE_NAME_KEY, VC_GROUP_NAME_KEY)
+
+
+def is_volcano_pod(raw: object) -> bool:
+    """`Pod.is_volcano` on raw JSON, cheap enough to drop other pods before they are parsed or cached."""
+    if not isinstance(raw, dict):
+        return False
+    spec = raw.get("spec")
+    if isinstance(spec, dict) and spec.get("schedulerName") == "volcano":
+        return True
+    meta = raw.get("metadata")
+    if not isinstance(meta, dict):
+        return False
+    for field_name in ("labels", "annotations"):
+        values = meta.get(field_name)
+        if isinstance(values, dict) and any(values.get(k) for k in _VOLCANO_KEYS):
+            return True
+    return False

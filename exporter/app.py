@@ -1,0 +1,77 @@
+"""Wiring: informers for Jobs, PodGroups, Pods and Queues feeding one `ExporterStore`."""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Callable, Sequence
+from typing import Any
+
+from kubernetes import client
+
+from exporter import selfmetrics
+from exporter.kube.informer import Informer
+from exporter.kube.resources import JOBS, PODGROUPS, PODS, QUEUES, ResourceKind
+from exporter.model import PodGroup, parse_job, parse_pod, parse_podgroup, parse_queue
+from exporter.podview import is_volcano_pod
+from exporter.sharding import owns, raw_uid
+from exporter.store import ExporterStore
+
+
+class Exporter:
+    def __init__(self, api: client.ApiClient, namespaces: Sequence[str] = (), shard: int = 0, total_shards: int = 1,
+                 **informer_options: Any) -> None:
+        self.store = ExporterStore(emit_queues=shard == 0)
+        self.informers: list[Informer[Any]] = []
+        self._scrape_seconds = 0.0
+        self._scrapes = 0
+        self._scrape_lock = threading.Lock()
+        mine = owns(shard, total_shards)
+
+        def add(kind: ResourceKind, transform: Callable[[Any], Any], handler: Callable[[str, Any], None],
+                predicate: Callable[[Any], bool] | None) -> None:
+            scopes: list[str | None] = list(namespaces) if namespaces and kind.namespaced else [None]
+            for namespace in scopes:
+                informer: Informer[Any] = Informer(api, kind, namespace=namespace, transform=transform,
+                                                   predicate=predicate, **informer_options)
+                informer.add_handler(handler)
+                self.informers.append(informer)
+
+        add(JOBS, parse_job, self.store.on_job, lambda raw: mine(raw_uid(raw)))
+        add(PODS, parse_pod, self.store.on_pod, lambda raw: is_volcano_pod(raw) and mine(raw_uid(raw)))
+
+        def on_podgroup(event_type: str, group: PodGroup) -> None:
+            self.store.on_podgroup_owner(event_type, group)  # every shard attributes its pods through groups
+            if mine(group.uid):
+                self.store.on_podgroup(event_type, group)
+
+        add(PODGROUPS, parse_podgroup, on_podgroup, None)
+        if shard == 0:
+            add(QUEUES, parse_queue, self.store.on_queue, None)
+
+    def start(self) -> Exporter:
+        for informer in self.informers:
+            informer.start()
+        return self
+
+    def stop(self) -> None:
+        for informer in self.informers:
+            informer.stop()
+
+    def ready(self) -> bool:
+        return all(i.synced.is_set() for i in self.informers)
+
+    def not_synced(self) -> list[str]:
+        return [i.name for i in self.informers if not i.synced.is_set()]
+
+    def scrape(self) -> bytes:
+        started = time.perf_counter()
+        out: list[bytes] = []
+        self.store.write(out)
+        with self._scrape_lock:
+            out.append(selfmetrics.render(self.informers, dict(self.store.parse_problems), self._scrape_seconds,
+                                          self._scrapes).encode())
+            body = b"".join(out)
+            self._scrape_seconds = time.perf_counter() - started
+            self._scrapes += 1
+        return body

@@ -1,0 +1,60 @@
+"""Volcano Job (and task) families. Times come from the Job's conditions (DESIGN §3): a job that
+never started has no start series, and durations exist only once both ends are known."""
+
+from __future__ import annotations
+
+from exporter.families.base import Family, resource_labels
+from exporter.model import Job
+
+JOB = ("namespace", "job_name")
+
+INFO = Family("volcano_job_info", "Information about a Volcano Job.",
+              ("namespace", "job_name", "uid", "queue", "scheduler_name", "priority_class", "podgroup"))
+CREATED = Family("volcano_job_created_timestamp_seconds", "Unix creation timestamp of the Job.", JOB)
+STARTED = Family("volcano_job_start_time_seconds",
+                 "Unix time the Job turned Running (its Running condition); absent until it starts.", JOB)
+COMPLETED = Family("volcano_job_completion_time_seconds",
+                   "Unix time the Job reached a terminal phase (Completed, Failed, Aborted, Terminated).",
+                   (*JOB, "phase"))
+WAITED = Family("volcano_job_wait_duration_seconds", "Seconds from creation until the Job started running.",
+                (*JOB, "queue"))
+RAN = Family("volcano_job_run_duration_seconds", "Seconds from start until the Job finished.", (*JOB, "queue"))
+PHASE = Family("volcano_job_status_phase", "The Job's current phase (1 for the current one).",
+               (*JOB, "queue", "phase"))
+RETRIES = Family("volcano_job_status_retry_count", "How many times the Job has been retried.", JOB)
+MAX_RETRY = Family("volcano_job_spec_max_retry", "Retries allowed before the Job is failed.", JOB)
+MIN_AVAILABLE = Family("volcano_job_spec_min_available", "Pods that must run together for the Job to run.", JOB)
+PODS = Family("volcano_job_status_pods", "The Job's pods by state, as its status counts them.", (*JOB, "state"))
+REQUESTS = Family("volcano_job_resource_requests", "Resources requested by all tasks x replicas of the Job.",
+                  resource_labels(*JOB, "queue"))
+TASK_REPLICAS = Family("volcano_task_spec_replicas", "Replicas of a task of the Job.", (*JOB, "task"))
+TASK_PODS = Family("volcano_task_status_pods", "Pods of a task by phase (status.taskStatusCount).",
+                   (*JOB, "task", "phase"))
+
+FAMILIES = (INFO, CREATED, STARTED, COMPLETED, WAITED, RAN, PHASE, RETRIES, MAX_RETRY, MIN_AVAILABLE, PODS,
+            REQUESTS, TASK_REPLICAS, TASK_PODS)
+
+
+def render(job: Job) -> tuple[str, ...]:
+    ns, name, queue = job.namespace, job.name, job.queue
+    key = (ns, name)
+    created, started, finished = job.creation_timestamp, job.start_time, job.finish_time
+    return (
+        INFO.line((ns, name, job.uid, queue, job.scheduler_name, job.priority_class, job.podgroup), 1),
+        CREATED.line(key, created) if created is not None else "",
+        STARTED.line(key, started) if started is not None else "",
+        COMPLETED.line((ns, name, job.finish_phase), finished) if finished is not None else "",
+        WAITED.line((ns, name, queue), started - created) if started is not None and created is not None else "",
+        RAN.line((ns, name, queue), finished - started) if finished is not None and started is not None else "",
+        PHASE.line((ns, name, queue, job.phase), 1) if job.phase else "",
+        RETRIES.line(key, job.retry_count),
+        MAX_RETRY.line(key, job.max_retry),
+        MIN_AVAILABLE.line(key, job.min_available),
+        "".join(PODS.line((ns, name, state), count) for state, count in (
+            ("pending", job.pending), ("running", job.running), ("succeeded", job.succeeded),
+            ("failed", job.failed), ("terminating", job.terminating), ("unknown", job.unknown))),
+        REQUESTS.resource_lines((ns, name, queue), job.requests),
+        "".join(TASK_REPLICAS.line((ns, name, task.name), task.replicas) for task in job.tasks),
+        "".join(TASK_PODS.line((ns, name, task, phase), count)
+                for task, phases in job.task_status_counts for phase, count in phases),
+    )

@@ -1,0 +1,50 @@
+"""Queue families (cluster-scoped: emitted by shard 0 only), and the per-queue aggregates derived
+from pods and jobs, which every shard emits for the objects it owns."""
+
+from __future__ import annotations
+
+from exporter.families.base import Family, resource_labels
+from exporter.model import Queue
+
+Q = ("queue",)
+
+INFO = Family("volcano_queue_info", "Information about a Queue and its place in the hierarchy.",
+              ("queue", "parent", "reclaimable"))
+WEIGHT = Family("volcano_queue_spec_weight", "The Queue's weight for proportional sharing.", Q)
+CAPABILITY = Family("volcano_queue_spec_capability", "Upper limit of resources the Queue may use.",
+                    resource_labels("queue"))
+GUARANTEE = Family("volcano_queue_spec_guarantee", "Resources reserved for the Queue.", resource_labels("queue"))
+DESERVED = Family("volcano_queue_spec_deserved", "Resources the Queue deserves (may be shared and reclaimed).",
+                  resource_labels("queue"))
+ALLOCATED = Family("volcano_queue_status_allocated", "Resources allocated to the Queue's pods now.",
+                   resource_labels("queue"))
+STATE = Family("volcano_queue_status_state", "The Queue's state (1 for the current one).", ("queue", "state"))
+PODGROUPS = Family("volcano_queue_status_podgroups", "PodGroups in the Queue by phase, as its status counts them.",
+                   ("queue", "phase"))
+
+FAMILIES = (INFO, WEIGHT, CAPABILITY, GUARANTEE, DESERVED, ALLOCATED, STATE, PODGROUPS)
+
+# Derived from pods and jobs, updated incrementally on every event.
+POD_REQUESTS = Family("volcano_queue_pod_requests",
+                      "Sum of the requests of the Queue's pending / running pods (per exporter shard).",
+                      resource_labels("queue", "phase"))
+JOBS = Family("volcano_queue_jobs", "Number of Volcano Jobs in the Queue by phase (per exporter shard).",
+              ("queue", "phase"))
+DERIVED = (POD_REQUESTS, JOBS)
+
+
+def render(queue: Queue) -> tuple[str, ...]:
+    name = queue.name
+    reclaimable = "" if queue.reclaimable is None else str(queue.reclaimable).lower()
+    return (
+        INFO.line((name, queue.parent, reclaimable), 1),
+        WEIGHT.line((name,), queue.weight),
+        CAPABILITY.resource_lines((name,), queue.capability),
+        GUARANTEE.resource_lines((name,), queue.guarantee),
+        DESERVED.resource_lines((name,), queue.deserved),
+        ALLOCATED.resource_lines((name,), queue.allocated),
+        STATE.line((name, queue.state), 1) if queue.state else "",
+        "".join(PODGROUPS.line((name, phase), count) for phase, count in (
+            ("pending", queue.pending), ("running", queue.running), ("inqueue", queue.inqueue),
+            ("completed", queue.completed), ("unknown", queue.unknown))),
+    )

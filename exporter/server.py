@@ -1,0 +1,61 @@
+"""HTTP endpoints: /metrics (gzip when asked), /healthz, /readyz."""
+
+from __future__ import annotations
+
+import gzip
+import logging
+import threading
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from typing import Any
+
+from exporter.app import Exporter
+
+log = logging.getLogger(__name__)
+CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
+
+
+def make_server(exporter: Exporter, host: str, port: int) -> ThreadingHTTPServer:
+    class Handler(BaseHTTPRequestHandler):
+        protocol_version = "HTTP/1.1"
+
+        def do_GET(self) -> None:
+            path = self.path.split("?", 1)[0]
+            if path == "/metrics":
+                body = exporter.scrape()
+                encoding = None
+                if "gzip" in self.headers.get("Accept-Encoding", ""):
+                    body, encoding = gzip.compress(body, compresslevel=1), "gzip"
+                self._send(200, body, CONTENT_TYPE, encoding)
+            elif path == "/healthz":
+                self._send(200, b"ok\n")
+            elif path == "/readyz":
+                waiting = exporter.not_synced()
+                if waiting:
+                    self._send(503, ("not synced: " + ", ".join(waiting) + "\n").encode())
+                else:
+                    self._send(200, b"ok\n")
+            else:
+                self._send(404, b"not found: try /metrics, /healthz or /readyz\n")
+
+        def _send(self, code: int, body: bytes, content_type: str = "text/plain; charset=utf-8",
+                  encoding: str | None = None) -> None:
+            self.send_response(code)
+            self.send_header("Content-Type", content_type)
+            self.send_header("Content-Length", str(len(body)))
+            if encoding:
+                self.send_header("Content-Encoding", encoding)
+            self.end_headers()
+            self.wfile.write(body)
+
+        def log_message(self, format: str, *args: Any) -> None:
+            log.debug("%s " + format, self.address_string(), *args)
+
+    server = ThreadingHTTPServer((host, port), Handler)
+    server.daemon_threads = True
+    return server
+
+
+def serve_in_background(server: ThreadingHTTPServer) -> threading.Thread:
+    thread = threading.Thread(target=server.serve_forever, name="metrics-http", daemon=True)
+    thread.start()
+    return thread

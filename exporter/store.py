@@ -1,0 +1,238 @@
+"""The exporter's state: per-object rendered rows and per-queue aggregates, kept current on every
+watch event, so a scrape only concatenates bytes (kube-state-metrics' design).
+
+Rows are bytes per (family, object key), encoded once when the object changes. Aggregates are
+updated by subtracting an object's previous contribution and adding its new one; resource sums
+are kept as integers in nano-units so adding and removing never drifts. One lock guards it all:
+informer threads write, the HTTP thread reads.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections import defaultdict
+from collections.abc import Sequence
+
+from exporter.families import job as job_families
+from exporter.families import pod as pod_families
+from exporter.families import podgroup as podgroup_families
+from exporter.families import queue as queue_families
+from exporter.families.base import Family
+from exporter.kube.informer import DELETED
+from exporter.model import Job, Pod, PodGroup, Queue
+from exporter.podrequests import Resources
+from exporter.quantity import resource_label_and_unit
+
+NANO = 1_000_000_000
+QueuePhase = tuple[str, str]
+GroupKey = tuple[str, str]  # (namespace, podgroup name)
+GroupOwner = tuple[str, str, str]  # queue, job_name, job_kind
+
+
+class Rows:
+    """Rendered samples per family, keyed by object."""
+
+    def __init__(self, families: Sequence[Family]) -> None:
+        self.families = tuple(families)
+        self.headers = [f.header.encode() for f in self.families]
+        self.rows: list[dict[str, bytes]] = [{} for _ in self.families]
+
+    def put(self, key: str, rendered: Sequence[str]) -> None:
+        for rows, text in zip(self.rows, rendered, strict=True):
+            if text:
+                rows[key] = text.encode()
+            else:
+                rows.pop(key, None)
+
+    def delete(self, key: str) -> None:
+        for rows in self.rows:
+            rows.pop(key, None)
+
+    def write(self, out: list[bytes]) -> None:
+        for header, rows in zip(self.headers, self.rows, strict=True):
+            if rows:
+                out.append(header)
+                out.append(b"".join(rows.values()))
+
+    def __len__(self) -> int:
+        return len(self.rows[0])
+
+
+def _nano(resources: Resources) -> dict[str, int]:
+    return {name: round(amount * NANO) for name, amount in resources}
+
+
+class QueueAggregates:
+    """Per-queue sums that would otherwise need a scan of every pod and job at scrape time."""
+
+    POD_PHASES = {"Pending": "pending", "Running": "running"}
+
+    def __init__(self) -> None:
+        self.pod_requests: dict[QueuePhase, dict[str, int]] = defaultdict(lambda: defaultdict(int))
+        self.pod_counts: dict[QueuePhase, int] = defaultdict(int)
+        self.jobs: dict[QueuePhase, int] = defaultdict(int)
+
+    def add_pod(self, queue: str, phase: str, requests: Resources, sign: int) -> None:
+        label = self.POD_PHASES.get(phase)
+        if label is None:
+            return
+        key = (queue, label)
+        sums = self.pod_requests[key]
+        for name, amount in _nano(requests).items():
+            sums[name] += sign * amount
+        self.pod_counts[key] += sign
+        if self.pod_counts[key] == 0:
+            del self.pod_counts[key], self.pod_requests[key]
+
+    def add_job(self, queue: str, phase: str, sign: int) -> None:
+        key = (queue, phase)
+        self.jobs[key] += sign
+        if self.jobs[key] == 0:
+            del self.jobs[key]
+
+    def write(self, out: list[bytes]) -> None:
+        lines = []
+        for (queue, phase), sums in sorted(self.pod_requests.items()):
+            for name, nano in sorted(sums.items()):
+                label, unit = resource_label_and_unit(name)
+                lines.append(queue_families.POD_REQUESTS.line((queue, phase, label, unit), nano / NANO))
+        if lines:
+            out.append(queue_families.POD_REQUESTS.header.encode())
+            out.append("".join(lines).encode())
+        if self.jobs:
+            out.append(queue_families.JOBS.header.encode())
+            out.append("".join(queue_families.JOBS.line(k, n) for k, n in sorted(self.jobs.items())).encode())
+
+
+def _key(namespace: str, name: str) -> str:
+    return f"{namespace}/{name}" if namespace else name
+
+
+class ExporterStore:
+    def __init__(self, emit_queues: bool = True) -> None:
+        self.lock = threading.Lock()
+        self.emit_queues = emit_queues
+        self.jobs = Rows(job_families.FAMILIES)
+        self.pods = Rows(pod_families.FAMILIES)
+        self.podgroups = Rows(podgroup_families.FAMILIES)
+        self.queues = Rows(queue_families.FAMILIES)
+        self.aggregates = QueueAggregates()
+        self.parse_problems: dict[str, int] = defaultdict(int)  # by resource
+        self._job_state: dict[str, tuple[str, str]] = {}  # key -> (queue, phase) counted
+        self._pod_state: dict[str, tuple[Pod, pod_families.Attribution]] = {}
+        # Every PodGroup's owner (all shards need it to attribute their pods), and the pods waiting on one.
+        self._group_owner: dict[GroupKey, GroupOwner] = {}
+        self._group_pods: dict[GroupKey, set[str]] = defaultdict(set)
+        self._attributions: dict[GroupOwner, pod_families.Attribution] = {}
+
+    # ---- event handlers (informer threads) --------------------------------------------------------------
+
+    def on_job(self, event_type: str, job: Job) -> None:
+        key = _key(job.namespace, job.name)
+        with self.lock:
+            previous = self._job_state.pop(key, None)
+            if previous is not None:
+                self.aggregates.add_job(*previous, -1)
+            if event_type == DELETED:
+                self.jobs.delete(key)
+                return
+            self.parse_problems["jobs"] += len(job.problems)
+            self.jobs.put(key, job_families.render(job))
+            if job.phase:
+                self._job_state[key] = (job.queue, job.phase)
+                self.aggregates.add_job(job.queue, job.phase, 1)
+
+    def on_pod(self, event_type: str, pod: Pod) -> None:
+        key = _key(pod.namespace, pod.name)
+        with self.lock:
+            previous = self._pod_state.pop(key, None)
+            if previous is not None:
+                old, who = previous
+                self.aggregates.add_pod(who.queue, old.phase, old.requests, -1)
+                if old.podgroup:
+                    self._unwait(key, (old.namespace, old.podgroup))
+            if event_type == DELETED:
+                self.pods.delete(key)
+                return
+            self.parse_problems["pods"] += len(pod.problems)
+            self._put_pod(key, pod)
+
+    def on_podgroup(self, event_type: str, group: PodGroup) -> None:
+        """Rows for this shard's PodGroups; see `on_podgroup_owner` for attribution."""
+        key = _key(group.namespace, group.name)
+        with self.lock:
+            if event_type == DELETED:
+                self.podgroups.delete(key)
+                return
+            self.parse_problems["podgroups"] += len(group.problems)
+            self.podgroups.put(key, podgroup_families.render(group))
+
+    def on_podgroup_owner(self, event_type: str, group: PodGroup) -> None:
+        """Every PodGroup, in every shard: where pods naming only their group belong."""
+        group_key = (group.namespace, group.name)
+        owner = None if event_type == DELETED else (group.queue, group.job_name, group.job_kind)
+        with self.lock:
+            if self._group_owner.get(group_key) == owner:
+                return
+            if owner is None:
+                self._group_owner.pop(group_key, None)
+            else:
+                self._group_owner[group_key] = owner
+            for pod_key in list(self._group_pods.get(group_key, ())):
+                pod, who = self._pod_state.pop(pod_key)
+                self.aggregates.add_pod(who.queue, pod.phase, pod.requests, -1)
+                self._unwait(pod_key, group_key)
+                self._put_pod(pod_key, pod)
+
+    def on_queue(self, event_type: str, queue: Queue) -> None:
+        if not self.emit_queues:
+            return
+        with self.lock:
+            if event_type == DELETED:
+                self.queues.delete(queue.name)
+                return
+            self.parse_problems["queues"] += len(queue.problems)
+            self.queues.put(queue.name, queue_families.render(queue))
+
+    # ---- internals (lock held) -------------------------------------------------------------------------
+
+    def _attribute(self, pod: Pod, key: str) -> pod_families.Attribution:
+        queue, job_name, job_kind = pod.queue, pod.job_name, pod.job_kind
+        if pod.podgroup and (not queue or not job_name):
+            group_key = (pod.namespace, pod.podgroup)
+            self._group_pods[group_key].add(key)  # re-render when the group appears or changes
+            owner = self._group_owner.get(group_key)
+            if owner is not None:
+                queue = queue or owner[0]
+                if not job_name:
+                    job_name, job_kind = owner[1], owner[2]
+        triple = (queue, job_name, job_kind)
+        who = self._attributions.get(triple)
+        if who is None:  # pods of one job share one Attribution
+            who = self._attributions[triple] = pod_families.Attribution(*triple)
+        return who
+
+    def _put_pod(self, key: str, pod: Pod) -> None:
+        who = self._attribute(pod, key)
+        self._pod_state[key] = (pod, who)
+        self.aggregates.add_pod(who.queue, pod.phase, pod.requests, 1)
+        self.pods.put(key, pod_families.render(pod, who))
+
+    def _unwait(self, pod_key: str, group_key: GroupKey) -> None:
+        waiting = self._group_pods.get(group_key)
+        if waiting is not None:
+            waiting.discard(pod_key)
+            if not waiting:
+                del self._group_pods[group_key]
+
+    # ---- scrape ----------------------------------------------------------------------------------------
+
+    def write(self, out: list[bytes]) -> None:
+        with self.lock:
+            for rows in (self.jobs, self.podgroups, self.pods, self.queues):
+                rows.write(out)
+            self.aggregates.write(out)
+
+    def families(self) -> tuple[Family, ...]:
+        return (*job_families.FAMILIES, *podgroup_families.FAMILIES, *pod_families.FAMILIES,
+                *queue_families.FAMILIES, *queue_families.DERIVED)
