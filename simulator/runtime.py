@@ -54,7 +54,7 @@ class SimulatorThread:
 
     def __init__(self, store: Store | None = None, host: str = "127.0.0.1", port: int = 0,
                  bookmark_interval: float = 5.0, scenario: str | None = None, speed: float = 1.0,
-                 tick_interval: float = 0.5, **scenario_params: Any) -> None:
+                 tick_interval: float = 0.5, auto_tick: bool = True, **scenario_params: Any) -> None:
         self.host = host
         self.loop = asyncio.new_event_loop()
         self._requested_port = port
@@ -68,6 +68,7 @@ class SimulatorThread:
             self.driver = Driver(self.store, scenario, speed, **scenario_params)
         self.api = ApiServer(self.store, self.faults, bookmark_interval, metrics_source=self.driver)
         self._tick_interval = tick_interval
+        self._auto_tick = auto_tick  # False: the scenario only moves when a test calls `tick()`
         self._runner: web.AppRunner | None = None
         self._thread = threading.Thread(target=self.loop.run_forever, name="volcano-sim", daemon=True)
 
@@ -81,7 +82,8 @@ class SimulatorThread:
         self.call_async(self._start_http())
         if self.driver is not None:
             self.call(self.driver.setup)
-            asyncio.run_coroutine_threadsafe(self.driver.run(self._tick_interval), self.loop)
+            if self._auto_tick:
+                asyncio.run_coroutine_threadsafe(self.driver.run(self._tick_interval), self.loop)
         return self
 
     async def _start_http(self) -> None:
@@ -109,6 +111,10 @@ class SimulatorThread:
 
     def start_http(self) -> None:
         self.call_async(self._start_http())
+
+    def tick(self) -> None:
+        """Advance the scenario to now (for tests that hold the simulated cluster still)."""
+        self.call(self.driver.tick)
 
     def call(self, fn: Callable[..., T], *args: Any, **kwargs: Any) -> T:
         """Run a synchronous function on the server's loop and return its result."""

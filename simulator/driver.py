@@ -1,0 +1,133 @@
+"""The workload driver: plays Volcano's job controller and scheduler, the Kubeflow training operator,
+the kubelet and metrics-server against the in-memory store.
+
+It is a discrete-event simulation on the real clock: every transition is scheduled at an exact time
+(scenario durations divided by `speed`), and `tick()` runs everything due up to `clock()`, stamping
+objects with the time each transition happened. Given the same clock readings it does the same
+thing (object UIDs aside). Everything runs on the store's event loop thread; no locks.
+
+Layers, each a module: Engine (state, event queue, writing to the store, Events) -> Kubelet (pods on
+nodes, usage) -> Controllers (submission, Volcano's scheduler and job controller, the training
+operator) -> Driver (this: the public interface). Scenarios live in simulator.scenario, the usage
+model in simulator.usage, the `scale` scenario's bulk objects in simulator.bulk.
+
+Deleting a Job (or a pod) through the API is noticed at the next tick: the run is cleaned up and
+resubmitted after its pause (a lost pod is replaced, as Volcano's job controller does).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import functools
+import logging
+import math
+import time
+from collections.abc import Callable
+from typing import Any
+
+from simulator import objects as o
+from simulator.bulk import populate
+from simulator.controllers import Controllers
+from simulator.resources import JOBS, NAMESPACES, NODES, PODS, QUEUES, ResourceType
+from simulator.scenario import SCENARIOS
+from simulator.state import make_node
+from simulator.store import Store, WatchEvent
+from simulator.usage import render_prometheus
+
+log = logging.getLogger(__name__)
+
+
+class Driver(Controllers):
+    """Plays a scenario against `store`; see the module docstring."""
+
+    def __init__(self, store: Store, scenario: str = "default", speed: float = 1.0,
+                 clock: Callable[[], float] = time.time, **scenario_params: Any) -> None:
+        if scenario not in SCENARIOS:
+            raise ValueError(f"unknown scenario {scenario!r} (known: {', '.join(sorted(SCENARIOS))})")
+        if not (isinstance(speed, int | float) and math.isfinite(speed) and speed > 0):
+            raise ValueError(f"speed must be a positive number, not {speed!r}")
+        super().__init__(store, SCENARIOS[scenario].configure(**scenario_params), speed, clock,
+                         f"volcano-sim/{scenario}")
+        self._deleted: list[tuple[ResourceType, str, str, str]] = []
+        store.listeners.append(self._on_store_event)
+
+    # ---- public interface ----------------------------------------------------------------------------
+
+    def setup(self) -> None:
+        """Create namespaces, nodes and queues, and submit the workloads due at once."""
+        if self.started_at is not None:
+            return
+        self.now = self.started_at = self.clock()
+        for ns in self.scenario.namespaces:
+            self.store.upsert(NAMESPACES, o.namespace_object(ns, self.now))
+        for spec in self.scenario.nodes:
+            node = make_node(spec)
+            self.nodes[spec.name] = node
+            self.store.upsert(NODES, o.node_object(node, self.now))
+        for qspec in self.scenario.queues:
+            self.store.upsert(QUEUES, o.queue_object(qspec, self.now))
+        if self.scenario.bulk is not None:
+            populate(self.store, self.scenario.bulk, self.now)
+            return
+        for workload in self.scenario.workloads:
+            self._after(workload.start_after, functools.partial(self._submit, workload))
+        self._advance(self.now)
+        self._refresh_queues()
+
+    def tick(self) -> None:
+        """Advance every object to clock()."""
+        if self.started_at is None:
+            self.setup()
+        now = max(self.clock(), self.now)
+        if self.scenario.bulk is not None:
+            self.now = now
+            return
+        self._handle_deletions()
+        self._advance(now)
+        self.now = now
+        self._schedule()
+        self._flush()
+        self._refresh_queues()
+        self._refresh_usage()
+        self._trim_events()
+
+    async def run(self, interval: float = 0.5) -> None:
+        """Tick forever (setup() was called by the caller)."""
+        while True:
+            try:
+                self.tick()
+            except Exception:  # keep the cluster alive; the log says what broke
+                log.exception("simulator driver tick failed")
+            await asyncio.sleep(interval)
+
+    def prometheus_metrics(self) -> bytes:
+        """cAdvisor/DCGM-style usage of the running containers, as of the last tick."""
+        return render_prometheus((p.usage for p in self.pods.values() if p.usage is not None), self.now)
+
+    # ---- objects deleted by someone else (kubectl, tests) -----------------------------------------
+
+    def _on_store_event(self, rtype: ResourceType, event: WatchEvent) -> None:
+        if event.type == "DELETED" and rtype in (JOBS, PODS):
+            meta = event.obj.get("metadata") or {}
+            self._deleted.append((rtype, meta.get("namespace", ""), meta.get("name", ""), meta.get("uid", "")))
+
+    def _handle_deletions(self) -> None:
+        deleted, self._deleted = self._deleted, []
+        for rtype, namespace, name, uid in deleted:
+            if rtype is JOBS:
+                run = self.runs.get((namespace, name))
+                if run is not None and run.is_vcjob and run.uid == uid:
+                    was_finished = run.finished
+                    self._gc(run, job_in_store=False)
+                    if not was_finished and run.workload.repeat:
+                        self._after(run.workload.pause, functools.partial(self._submit, run.workload))
+            else:
+                pod = self.pods.get((namespace, name))
+                if pod is not None and pod.uid == uid and not pod.removed:
+                    self._remove_pod(pod, in_store=False)
+                    run = pod.run
+                    alive = run.phase in ("Pending", "Running") if run.is_vcjob else True
+                    if alive and not run.finished and run.pg_phase != "Pending":
+                        self._create_pod(run, pod.task, pod.index)  # the controller replaces a lost pod
+                        self._request_schedule()
+        self._flush()

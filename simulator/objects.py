@@ -1,0 +1,395 @@
+"""Rendering the driver's state (simulator.state) into the Kubernetes and Volcano objects it writes
+to the store. Pure functions: the same state renders the same object."""
+
+from __future__ import annotations
+
+import math
+
+from simulator.quantity import Resources, format_bytes, format_cpu, format_resources
+from simulator.scenario import GPU_TOLERATION, QueueSpec, TaskSpec
+from simulator.state import (
+    JOB_API,
+    KUBEFLOW_API,
+    NodeSim,
+    Obj,
+    PodSim,
+    RunSim,
+    go_duration,
+    pod_counts,
+    rfc3339,
+    stable_uuid,
+    task_limits,
+)
+
+# ---- renderers -----------------------------------------------------------------------------------------
+
+def container_spec(task: TaskSpec, env: list[Obj] | None = None) -> Obj:
+    requests: dict[str, str | int] = {"cpu": task.cpu, "memory": task.memory}
+    if task.gpus:
+        requests["nvidia.com/gpu"] = task.gpus
+    spec: Obj = {
+        "name": task.container,
+        "image": task.image,
+        "imagePullPolicy": "IfNotPresent",
+        "command": list(task.command),
+        "resources": {"requests": requests, **({"limits": task_limits(task)} if task_limits(task) else {})},
+        "terminationMessagePath": "/dev/termination-log",
+        "terminationMessagePolicy": "File",
+    }
+    if env:
+        spec["env"] = env
+    return spec
+
+
+def pod_template(task: TaskSpec) -> Obj:
+    spec: Obj = {"containers": [container_spec(task)], "restartPolicy": task.restart_policy}
+    if task.node_selector:
+        spec["nodeSelector"] = dict(task.node_selector)
+    if task.gpus:
+        spec["tolerations"] = [dict(GPU_TOLERATION)]
+    return {"metadata": {"labels": {"app.kubernetes.io/component": task.name}}, "spec": spec}
+
+
+def job_object(run: RunSim) -> Obj:
+    w = run.workload
+    tasks = []
+    for task in w.tasks:
+        entry: Obj = {"name": task.name, "replicas": task.replicas, "template": pod_template(task)}
+        if task.min_available is not None:
+            entry["minAvailable"] = task.min_available
+        if task.policies:
+            entry["policies"] = [dict(p) for p in task.policies]
+        tasks.append(entry)
+    spec: Obj = {
+        "schedulerName": "volcano",
+        "queue": w.queue,
+        "minAvailable": w.min_member,
+        "maxRetry": w.max_retry,
+        "ttlSecondsAfterFinished": w.ttl_after_finished,
+        "tasks": tasks,
+    }
+    if w.policies:
+        spec["policies"] = [dict(p) for p in w.policies]
+    if w.plugins:
+        spec["plugins"] = {k: list(v) for k, v in w.plugins.items()}
+    if w.priority_class:
+        spec["priorityClassName"] = w.priority_class
+    return {
+        "apiVersion": JOB_API,
+        "kind": "Job",
+        "metadata": {"name": run.name, "namespace": run.namespace, "creationTimestamp": rfc3339(run.created),
+                     "labels": {"app.kubernetes.io/name": w.name, "app.kubernetes.io/managed-by": "volcano-sim"}},
+        "spec": spec,
+    }
+
+
+def job_status(run: RunSim, now: float) -> Obj:
+    counts = pod_counts(run)
+    task_counts: dict[str, Obj] = {}
+    for pod in run.pods.values():
+        if pod.active:
+            phases = task_counts.setdefault(pod.task.name, {"phase": {}})["phase"]
+            phases[pod.phase] = phases.get(pod.phase, 0) + 1
+    state: Obj = {"phase": run.phase, "lastTransitionTime": rfc3339(run.state_time)}
+    if run.state_reason:
+        state["reason"] = run.state_reason
+    if run.state_message:
+        state["message"] = run.state_message
+    status: Obj = {
+        "state": state,
+        "minAvailable": run.workload.min_member,
+        "taskStatusCount": task_counts,
+        **counts,
+        "version": run.version,
+        "retryCount": run.retry_count,
+        "runningDuration": go_duration(now - run.created),
+        "conditions": [{"status": phase, "lastTransitionTime": rfc3339(t)} for phase, t in run.conditions],
+    }
+    if run.workload.plugins:
+        status["controlledResources"] = {f"plugin-{name}": name for name in run.workload.plugins}
+    return status
+
+
+def podgroup_object(run: RunSim) -> Obj:
+    w = run.workload
+    if run.is_vcjob:
+        owner = {"apiVersion": JOB_API, "kind": "Job", "name": run.name, "uid": run.uid,
+                 "controller": True, "blockOwnerDeletion": True}
+    else:
+        owner = {"apiVersion": KUBEFLOW_API, "kind": w.kind, "name": run.name, "uid": run.owner_uid,
+                 "controller": True, "blockOwnerDeletion": True}
+    spec: Obj = {
+        "minMember": w.min_member,
+        "minResources": format_resources(run.min_resources, keep=("cpu", "memory")),
+        "queue": w.queue,
+    }
+    if run.is_vcjob:
+        spec["minTaskMember"] = {t.name: t.min_available if t.min_available is not None else t.replicas
+                                 for t in w.tasks}
+    if w.priority_class:
+        spec["priorityClassName"] = w.priority_class
+    return {
+        "apiVersion": "scheduling.volcano.sh/v1beta1",
+        "kind": "PodGroup",
+        "metadata": {"name": run.pg_name, "namespace": run.namespace, "creationTimestamp": rfc3339(run.created),
+                     "ownerReferences": [owner]},
+        "spec": spec,
+        "status": podgroup_status(run),
+    }
+
+
+def podgroup_status(run: RunSim) -> Obj:
+    running = succeeded = failed = 0
+    for pod in run.pods.values():
+        if not pod.active:
+            continue
+        running += pod.phase == "Running"
+        succeeded += pod.phase == "Succeeded"
+        failed += pod.phase == "Failed"
+    status: Obj = {"phase": run.pg_phase}
+    if run.pg_conditions:
+        status["conditions"] = sorted(run.pg_conditions.values(), key=lambda c: c["lastTransitionTime"])
+    for key, value in (("running", running), ("succeeded", succeeded), ("failed", failed)):
+        if value:
+            status[key] = value
+    return status
+
+
+def pod_object(pod: PodSim) -> Obj:
+    run, task = pod.run, pod.task
+    w = run.workload
+    annotations = {"scheduling.k8s.io/group-name": run.pg_name}
+    if run.is_vcjob:
+        labels = {
+            "volcano.sh/job-name": run.name,
+            "volcano.sh/job-namespace": run.namespace,
+            "volcano.sh/queue-name": w.queue,
+            "volcano.sh/task-spec": task.name,
+            "volcano.sh/task-index": str(pod.index),
+            "volcano.sh/job-retry-count": str(run.retry_count),
+            "app.kubernetes.io/component": task.name,
+        }
+        annotations |= {
+            "volcano.sh/job-name": run.name,
+            "volcano.sh/job-version": str(run.version),
+            "volcano.sh/queue-name": w.queue,
+            "volcano.sh/task-spec": task.name,
+            "volcano.sh/task-index": str(pod.index),
+            "volcano.sh/template-uid": f"{run.name}-{task.name}",
+        }
+        owner = {"apiVersion": JOB_API, "kind": "Job", "name": run.name, "uid": run.uid,
+                 "controller": True, "blockOwnerDeletion": True}
+        env = [{"name": "VK_TASK_INDEX", "value": str(pod.index)}, {"name": "VC_TASK_INDEX", "value": str(pod.index)}]
+    else:
+        labels = {
+            "training.kubeflow.org/job-name": run.name,
+            "training.kubeflow.org/operator-name": "pytorchjob-controller",
+            "training.kubeflow.org/replica-type": task.name,
+            "training.kubeflow.org/replica-index": str(pod.index),
+        }
+        if task.name == "master":
+            labels["training.kubeflow.org/job-role"] = "master"
+        owner = {"apiVersion": KUBEFLOW_API, "kind": w.kind, "name": run.name, "uid": run.owner_uid,
+                 "controller": True, "blockOwnerDeletion": True}
+        env = [{"name": "MASTER_PORT", "value": "23456"}, {"name": "RANK", "value": str(pod_rank(pod))}]
+    spec: Obj = pod_template(task)["spec"]
+    spec["containers"] = [container_spec(task, env)]
+    spec |= {"schedulerName": "volcano", "serviceAccountName": "default", "terminationGracePeriodSeconds": 30,
+             "dnsPolicy": "ClusterFirst", "priority": 0, "enableServiceLinks": True}
+    if run.is_vcjob and w.plugins and "svc" in w.plugins:
+        spec |= {"hostname": pod.name, "subdomain": run.name}
+    if pod.node:
+        spec["nodeName"] = pod.node
+    meta: Obj = {"name": pod.name, "namespace": run.namespace, "creationTimestamp": rfc3339(pod.created),
+                 "labels": labels, "annotations": annotations, "ownerReferences": [owner]}
+    if pod.deleting_at is not None:
+        meta["deletionTimestamp"] = rfc3339(pod.deleting_at)
+        meta["deletionGracePeriodSeconds"] = 30
+    return {"apiVersion": "v1", "kind": "Pod", "metadata": meta, "spec": spec, "status": pod_status(pod)}
+
+
+def pod_rank(pod: PodSim) -> int:
+    return pod.index + (1 if pod.task.name != "master" else 0)
+
+
+def pod_ip(pod: PodSim) -> str:
+    digest = int(stable_uuid(pod.run.namespace, pod.name, pod.uid)[:8], 16)
+    return f"10.244.{(digest // 250) % 250 + 1}.{digest % 250 + 2}"
+
+
+def node_ip(node: str) -> str:
+    return f"10.0.{0 if node.startswith('cpu') else 1}.{int(''.join(c for c in node if c.isdigit()) or 0) % 250 + 10}"
+
+
+def qos_class(task: TaskSpec) -> str:
+    if task.cpu_limit == task.cpu and task.memory_limit == task.memory:
+        return "Guaranteed"
+    return "Burstable"
+
+
+def pod_status(pod: PodSim) -> Obj:
+    task = pod.task
+    status: Obj = {"phase": pod.phase, "qosClass": qos_class(task)}
+    if pod.node is None:
+        if pod.unschedulable:
+            status["conditions"] = [{"type": "PodScheduled", "status": "False", "reason": "Unschedulable",
+                                     "message": pod.unschedulable, "lastProbeTime": None,
+                                     "lastTransitionTime": rfc3339(pod.unschedulable_since or pod.created)}]
+        return status
+    bound = rfc3339(pod.bound_at or pod.created)
+    status["hostIP"] = node_ip(pod.node)
+    status["startTime"] = bound
+    if pod.pod_reason:  # rejected by the kubelet
+        status["reason"] = pod.pod_reason
+        status["message"] = pod.pod_message or ""
+        status["conditions"] = [_cond("PodScheduled", True, bound)]
+        return status
+    running = pod.phase == "Running" and pod.started_at is not None
+    ready_time = rfc3339(pod.started_at if pod.started_at is not None else pod.bound_at or pod.created)
+    done = pod.phase in ("Succeeded", "Failed")
+    conditions = [
+        _cond("PodReadyToStartContainers", pod.started_at is not None or done, ready_time),
+        _cond("Initialized", True, bound),
+        _cond("Ready", running, rfc3339(pod.finished_at) if done and pod.finished_at else ready_time,
+              None if running else ("PodCompleted" if done else "ContainersNotReady")),
+        _cond("ContainersReady", running, rfc3339(pod.finished_at) if done and pod.finished_at else ready_time,
+              None if running else ("PodCompleted" if done else "ContainersNotReady")),
+        _cond("PodScheduled", True, bound),
+    ]
+    status["conditions"] = conditions
+    if pod.started_at is not None or done:
+        status["podIP"] = pod_ip(pod)
+        status["podIPs"] = [{"ip": status["podIP"]}]
+    cid = "containerd://" + stable_uuid(pod.run.uid, pod.name, str(pod.restart_count)).replace("-", "") * 2
+    if running:
+        state: Obj = {"running": {"startedAt": rfc3339(pod.started_at or 0)}}
+    elif done and pod.exit_code is not None:
+        state = {"terminated": {"exitCode": pod.exit_code, "reason": pod.term_reason or "Completed",
+                                "startedAt": rfc3339(pod.started_at or 0), "finishedAt": rfc3339(pod.finished_at or 0),
+                                "containerID": cid}}
+    else:
+        state = {"waiting": {"reason": "ContainerCreating"}}
+    container: Obj = {
+        "name": task.container,
+        "image": task.image,
+        "imageID": task.image.split(":")[0] + "@sha256:" + stable_uuid(task.image).replace("-", "") * 2,
+        "ready": running,
+        "started": running,
+        "restartCount": pod.restart_count,
+        "state": state,
+        "lastState": pod.last_state,
+    }
+    if pod.started_at is not None or done:
+        container["containerID"] = cid
+    status["containerStatuses"] = [container]
+    return status
+
+
+def _cond(kind: str, ok: bool, when: str, reason: str | None = None) -> Obj:
+    cond: Obj = {"type": kind, "status": "True" if ok else "False", "lastProbeTime": None,
+                 "lastTransitionTime": when}
+    if reason:
+        cond["reason"] = reason
+    return cond
+
+
+def node_object(node: NodeSim, created: float) -> Obj:
+    spec = node.spec
+    conditions = [
+        {"type": kind, "status": "False", "reason": reason, "message": message,
+         "lastHeartbeatTime": rfc3339(created), "lastTransitionTime": rfc3339(created)}
+        for kind, reason, message in (
+            ("MemoryPressure", "KubeletHasSufficientMemory", "kubelet has sufficient memory available"),
+            ("DiskPressure", "KubeletHasNoDiskPressure", "kubelet has no disk pressure"),
+            ("PIDPressure", "KubeletHasSufficientPID", "kubelet has sufficient PID available"),
+        )
+    ]
+    conditions.append({"type": "Ready", "status": "True", "reason": "KubeletReady",
+                       "message": "kubelet is posting ready status", "lastHeartbeatTime": rfc3339(created),
+                       "lastTransitionTime": rfc3339(created)})
+    obj_spec: Obj = {"podCIDR": f"10.244.{sum(map(ord, spec.name)) % 250}.0/24",
+                     "providerID": f"sim://{spec.zone}/{spec.name}"}
+    if node.taints:
+        obj_spec["taints"] = node.taints
+    return {
+        "apiVersion": "v1",
+        "kind": "Node",
+        "metadata": {"name": spec.name, "creationTimestamp": rfc3339(created), "labels": node.labels,
+                     "annotations": {"node.alpha.kubernetes.io/ttl": "0"}},
+        "spec": obj_spec,
+        "status": {
+            "capacity": {**_node_quantities(node.capacity)},
+            "allocatable": {**_node_quantities(node.allocatable)},
+            "conditions": conditions,
+            "addresses": [{"type": "InternalIP", "address": node_ip(spec.name)},
+                          {"type": "Hostname", "address": spec.name}],
+            "nodeInfo": {"kubeletVersion": "v1.29.4", "kubeProxyVersion": "v1.29.4",
+                         "containerRuntimeVersion": "containerd://1.7.13", "operatingSystem": "linux",
+                         "architecture": "amd64", "osImage": "Ubuntu 22.04.4 LTS",
+                         "kernelVersion": "5.15.0-105-generic", "machineID": stable_uuid(spec.name).replace("-", ""),
+                         "systemUUID": stable_uuid(spec.name, "system"), "bootID": stable_uuid(spec.name, "boot")},
+        },
+    }
+
+
+def _node_quantities(resources: Resources) -> dict[str, str]:
+    out = {}
+    for name, amount in resources.items():
+        if name == "memory":
+            out[name] = f"{math.floor(amount / 1024)}Ki"
+        elif name == "ephemeral-storage":
+            out[name] = format_bytes(amount)
+        elif name == "cpu":
+            out[name] = format_cpu(amount)
+        else:
+            out[name] = str(int(amount))
+    return out
+
+
+def queue_object(spec: QueueSpec, created: float) -> Obj:
+    obj_spec: Obj = {"weight": spec.weight, "reclaimable": spec.reclaimable}
+    if spec.parent:
+        obj_spec["parent"] = spec.parent
+    if spec.capability:
+        obj_spec["capability"] = dict(spec.capability)
+    if spec.deserved:
+        obj_spec["deserved"] = dict(spec.deserved)
+    if spec.guarantee:
+        obj_spec["guarantee"] = {"resource": dict(spec.guarantee)}
+    return {
+        "apiVersion": "scheduling.volcano.sh/v1beta1",
+        "kind": "Queue",
+        "metadata": {"name": spec.name, "creationTimestamp": rfc3339(created)},
+        "spec": obj_spec,
+        "status": {"state": "Open", "allocated": {"cpu": "0", "memory": "0"},
+                   "pending": 0, "running": 0, "inqueue": 0, "completed": 0, "unknown": 0},
+    }
+
+
+def namespace_object(name: str, created: float) -> Obj:
+    return {"apiVersion": "v1", "kind": "Namespace",
+            "metadata": {"name": name, "creationTimestamp": rfc3339(created),
+                         "labels": {"kubernetes.io/metadata.name": name}},
+            "spec": {"finalizers": ["kubernetes"]}, "status": {"phase": "Active"}}
+
+
+def event_object(name: str, namespace: str, involved: Obj, kind: str, reason: str, message: str,
+                 component: str, first: float, last: float, count: int, host: str | None = None) -> Obj:
+    source: Obj = {"component": component}
+    if host:
+        source["host"] = host
+    return {
+        "apiVersion": "v1",
+        "kind": "Event",
+        "metadata": {"name": name, "namespace": namespace, "creationTimestamp": rfc3339(first)},
+        "involvedObject": involved,
+        "reason": reason,
+        "message": message,
+        "type": kind,
+        "source": source,
+        "firstTimestamp": rfc3339(first),
+        "lastTimestamp": rfc3339(last),
+        "count": count,
+        "reportingComponent": component,
+        "reportingInstance": host or component,
+    }

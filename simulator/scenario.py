@@ -1,0 +1,298 @@
+"""Scenarios: the cluster (namespaces, nodes, queues) and the workloads the driver plays on it.
+
+Durations here are scenario seconds; the driver divides them by its `speed`. Every workload says
+what it is meant to trigger (`purpose`): the watchdog's detectors are tested against them.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field, replace
+from typing import Any, Literal
+
+from simulator.usage import (
+    BUSY,
+    IDLE_GPU,
+    LIGHT,
+    OVER_REQUESTED,
+    TRAINING,
+    TRAINING_SMALL,
+    WAITING,
+    UsageProfile,
+    oom_profile,
+)
+
+A100 = "NVIDIA-A100-SXM4-80GB"
+H100 = "NVIDIA-H100-80GB-HBM3"
+GPU_TOLERATION = {"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"}
+
+Exit = Literal["success", "error", "oom", "rejected"]
+
+
+@dataclass(frozen=True)
+class NodeSpec:
+    name: str
+    cpu: int
+    memory_gi: int
+    gpus: int = 0
+    gpu_product: str = A100
+    instance_type: str = "m6i.8xlarge"
+    zone: str = "zone-a"
+    max_pods: int = 110
+
+
+@dataclass(frozen=True)
+class QueueSpec:
+    name: str
+    parent: str | None = "root"
+    weight: int = 1
+    reclaimable: bool = True
+    capability: Mapping[str, str] | None = None
+    deserved: Mapping[str, str] | None = None
+    guarantee: Mapping[str, str] | None = None
+
+
+@dataclass(frozen=True)
+class TaskSpec:
+    """One task of a workload. `runtime` is how long the container runs (scenario seconds) before it
+    exits the way `exit` says; None runs until the job controller kills it."""
+
+    name: str
+    replicas: int = 1
+    cpu: str = "1"
+    memory: str = "2Gi"
+    gpus: int = 0
+    cpu_limit: str | None = None
+    memory_limit: str | None = None
+    image: str = "registry.example.com/batch/runner:1.4.2"
+    command: tuple[str, ...] = ("python", "main.py")
+    container: str = "main"
+    runtime: float | None = 600.0
+    exit: Exit = "success"
+    exit_code: int = 0
+    reject_reason: str = "OutOfcpu"
+    profile: UsageProfile = BUSY
+    node_selector: Mapping[str, str] = field(default_factory=dict)
+    min_available: int | None = None
+    policies: tuple[Mapping[str, str], ...] = ()
+    restart_policy: str = "Never"
+    # Replica 0 crashes (exit 1) this long after it starts and the kubelet restarts the container in
+    # place (restartPolicy OnFailure): restartCount 1 and lastState.terminated show it.
+    crash_after: float | None = None
+
+
+@dataclass(frozen=True)
+class Workload:
+    name: str
+    namespace: str
+    queue: str
+    tasks: tuple[TaskSpec, ...]
+    purpose: str
+    kind: Literal["Job", "PyTorchJob"] = "Job"
+    min_available: int | None = None  # None: all replicas
+    max_retry: int = 3
+    policies: tuple[Mapping[str, str], ...] = ()
+    plugins: Mapping[str, tuple[str, ...]] | None = None
+    gang: bool = True  # False: the scheduler binds pods one by one (a broken gang)
+    start_after: float = 0.0
+    pause: float = 300.0  # after a run finishes, the next run is submitted this much later
+    repeat: bool = True
+    ttl_after_finished: int = 1800
+    priority_class: str | None = None
+
+    @property
+    def replicas(self) -> int:
+        return sum(t.replicas for t in self.tasks)
+
+    @property
+    def min_member(self) -> int:
+        return self.replicas if self.min_available is None else self.min_available
+
+
+@dataclass(frozen=True)
+class BulkSpec:
+    """The `scale` scenario: objects created in their steady state, no churn."""
+
+    pods: int = 1000
+    jobs: int = 100
+    queues: int = 10
+    namespaces: int = 10
+    pods_per_node: int = 100
+
+
+@dataclass(frozen=True)
+class Scenario:
+    name: str
+    description: str
+    namespaces: tuple[str, ...] = ()
+    nodes: tuple[NodeSpec, ...] = ()
+    queues: tuple[QueueSpec, ...] = ()
+    workloads: tuple[Workload, ...] = ()
+    bulk: BulkSpec | None = None
+
+    def configure(self, **params: Any) -> Scenario:
+        """This scenario with its parameters applied; unknown parameters are an error."""
+        if not params:
+            return self
+        if self.bulk is None:
+            raise ValueError(f"scenario {self.name!r} takes no parameters (got {', '.join(sorted(params))})")
+        known = set(BulkSpec.__dataclass_fields__)
+        unknown = sorted(set(params) - known)
+        if unknown:
+            raise ValueError(f"unknown parameters for scenario {self.name!r}: {', '.join(unknown)} "
+                             f"(known: {', '.join(sorted(known))})")
+        values = {k: int(v) for k, v in params.items()}
+        if any(v < 0 for v in values.values()):
+            raise ValueError("scenario parameters must not be negative")
+        return replace(self, bulk=replace(self.bulk, **values))
+
+
+# ---- the cluster -----------------------------------------------------------------------------------
+
+NAMESPACES = ("default", "team-a", "team-b", "ml-platform")
+
+NODES = (
+    *(NodeSpec(f"cpu-node-{i:02d}", 32, 128, zone="zone-a" if i % 2 else "zone-b") for i in range(1, 7)),
+    *(NodeSpec(f"gpu-node-{i:02d}", 64, 512, gpus=8, instance_type="p4d.24xlarge", zone="zone-a")
+      for i in range(1, 4)),
+)
+
+QUEUES = (
+    QueueSpec("root", parent=None, reclaimable=False),
+    QueueSpec("default", weight=1),
+    QueueSpec("prod", weight=4, reclaimable=False,
+              guarantee={"cpu": "32", "memory": "128Gi"}, deserved={"cpu": "96", "memory": "384Gi"}),
+    QueueSpec("research", weight=2, capability={"cpu": "192", "memory": "1536Gi"},
+              deserved={"cpu": "96", "memory": "768Gi", "nvidia.com/gpu": "16"}),
+    QueueSpec("research-nlp", parent="research", weight=1,
+              capability={"cpu": "64", "memory": "512Gi", "nvidia.com/gpu": "10"},
+              deserved={"cpu": "48", "memory": "384Gi", "nvidia.com/gpu": "8"}),
+)
+
+HOUR = 3600.0
+
+WORKLOADS = (
+    Workload(
+        "etl-daily", "team-a", "prod",
+        purpose="succeeds: Pending -> Running -> Completing -> Completed (coordinator's TaskCompleted "
+                "completes the job and the workers are terminated)",
+        tasks=(
+            TaskSpec("coordinator", 1, cpu="1", memory="2Gi", runtime=360, profile=LIGHT,
+                     image="registry.example.com/data/etl-runner:2.8.0", command=("etl", "coordinate"),
+                     policies=({"event": "TaskCompleted", "action": "CompleteJob"},)),
+            TaskSpec("worker", 3, cpu="4", memory="8Gi", memory_limit="12Gi", runtime=None, profile=BUSY,
+                     image="registry.example.com/data/etl-runner:2.8.0", command=("etl", "work")),
+        ),
+        plugins={"env": (), "svc": ()}, pause=600,
+    ),
+    Workload(
+        "report-gen", "team-b", "default",
+        purpose="JobRetrying/RetryExhausted/JobFailed: exits 1 after 90 s; PodFailed -> RestartJob, "
+                "retryCount 1, 2, 3 through Restarting, then Failed",
+        tasks=(TaskSpec("main", 1, cpu="2", memory="4Gi", runtime=90, exit="error", exit_code=1, profile=LIGHT,
+                        image="registry.example.com/bi/report-gen:0.9.1", command=("python", "report.py")),),
+        policies=({"event": "PodFailed", "action": "RestartJob"},), max_retry=3, start_after=10, pause=900,
+    ),
+    Workload(
+        "embed-features", "ml-platform", "research",
+        purpose="PodOOMKilled/JobFailed: working set climbs from 1.8Gi to its 8Gi limit in 300 s, "
+                "container terminated OOMKilled (137), pod Failed, job Failed",
+        tasks=(TaskSpec("embed", 1, cpu="4", memory="6Gi", memory_limit="8Gi", runtime=None, exit="oom",
+                        exit_code=137, profile=oom_profile(300),
+                        image="registry.example.com/ml/embedder:1.2.0", command=("python", "embed.py")),),
+        start_after=20, pause=1800,
+    ),
+    Workload(
+        "bert-finetune", "ml-platform", "research-nlp",
+        purpose="JobIdle: 2 GPUs at 0-2 % utilisation and ~2 % of its 8-core CPU request for 6 h, then "
+                "Completed",
+        tasks=(TaskSpec("trainer", 1, cpu="8", memory="64Gi", gpus=2, runtime=6 * HOUR, profile=IDLE_GPU,
+                        image="registry.example.com/ml/bert-train:4.1.0", command=("python", "finetune.py")),),
+        pause=600,
+    ),
+    Workload(
+        "llama-pretrain", "ml-platform", "research-nlp",
+        purpose="healthy long training: 2 pods x 4 GPUs at ~85 % for 12 h, then Completed",
+        tasks=(TaskSpec("worker", 2, cpu="16", memory="128Gi", gpus=4, runtime=12 * HOUR, profile=TRAINING,
+                        image="registry.example.com/ml/llama-train:2.3.0", command=("torchrun", "pretrain.py")),),
+        pause=1800,
+    ),
+    Workload(
+        "llm-70b-sft", "ml-platform", "research",
+        purpose="GangUnschedulable: 4 pods x 8 GPUs = 32 GPUs > 24 in the cluster; PodGroup Inqueue with "
+                "Unschedulable/NotEnoughResources, pods Pending, job Pending forever",
+        tasks=(TaskSpec("worker", 4, cpu="16", memory="128Gi", gpus=8, runtime=4 * HOUR, profile=TRAINING,
+                        image="registry.example.com/ml/llm-sft:1.0.0", command=("torchrun", "sft.py")),),
+        start_after=30, repeat=False,
+    ),
+    Workload(
+        "ddp-resnet", "ml-platform", "research",
+        purpose="PartialGang: 2 trainer pods Running holding 8 GPUs while the 2 evaluators (pinned to "
+                "an H100 that no node has) stay Pending; minAvailable 4 never reached, PodGroup Unknown, "
+                "job Pending",
+        tasks=(
+            TaskSpec("trainer", 2, cpu="8", memory="32Gi", gpus=4, runtime=None, profile=WAITING,
+                     image="registry.example.com/ml/resnet-ddp:0.7.0", command=("torchrun", "train.py")),
+            TaskSpec("evaluator", 2, cpu="4", memory="16Gi", gpus=1, runtime=None, profile=WAITING,
+                     node_selector={"nvidia.com/gpu.product": H100},
+                     image="registry.example.com/ml/resnet-ddp:0.7.0", command=("python", "evaluate.py")),
+        ),
+        gang=False, start_after=5, repeat=False,
+    ),
+    Workload(
+        "batch-score", "team-a", "prod",
+        purpose="OverRequested: requests 16 cores, uses ~1 (1/16) and 15 % of its memory for 20 min, "
+                "then Completed",
+        tasks=(TaskSpec("scorer", 1, cpu="16", memory="32Gi", runtime=1200, profile=OVER_REQUESTED,
+                        image="registry.example.com/ml/batch-score:3.0.4", command=("python", "score.py")),),
+        start_after=15, pause=600,
+    ),
+    Workload(
+        "canary-infer", "team-b", "default",
+        purpose="PodRejected/JobFailed: the kubelet rejects the bound pod (phase Failed, reason OutOfcpu)",
+        tasks=(TaskSpec("server", 1, cpu="8", memory="16Gi", runtime=None, exit="rejected",
+                        reject_reason="OutOfcpu", profile=LIGHT,
+                        image="registry.example.com/serving/canary:5.2.1", command=("serve",)),),
+        start_after=40, pause=1800,
+    ),
+    Workload(
+        "mnist-ddp", "team-b", "default", kind="PyTorchJob",
+        purpose="Kubeflow PyTorchJob: PodGroup owned by kubeflow.org/v1 PyTorchJob; its pods carry only "
+                "the scheduling.k8s.io/group-name annotation; 3 x 1 GPU at ~60 % for 45 min, Completed; worker-0 "
+                "crashes once at 10 min (exit 1) and is restarted in place (restartCount 1)",
+        tasks=(
+            TaskSpec("master", 1, cpu="4", memory="16Gi", gpus=1, runtime=2700, profile=TRAINING_SMALL,
+                     container="pytorch", image="docker.io/kubeflowkatib/pytorch-mnist-gpu:v0.17.0",
+                     command=("python3", "/opt/pytorch-mnist/mnist.py", "--epochs=20"), restart_policy="OnFailure"),
+            TaskSpec("worker", 2, cpu="4", memory="16Gi", gpus=1, runtime=2700, profile=TRAINING_SMALL,
+                     container="pytorch", crash_after=600, image="docker.io/kubeflowkatib/pytorch-mnist-gpu:v0.17.0",
+                     command=("python3", "/opt/pytorch-mnist/mnist.py", "--epochs=20"), restart_policy="OnFailure"),
+        ),
+        start_after=25, pause=600,
+    ),
+    Workload(
+        "hp-search", "ml-platform", "research-nlp",
+        purpose="QueueStarved: 2 x 1 GPU trials wait (PodGroup Pending, not enqueued) while research-nlp "
+                "sits at its 10-GPU capability; runs 30 min once GPUs free up",
+        tasks=(TaskSpec("trial", 2, cpu="4", memory="16Gi", gpus=1, runtime=1800, profile=TRAINING_SMALL,
+                        image="registry.example.com/ml/hp-search:0.4.0", command=("python", "trial.py")),),
+        start_after=60, pause=600,
+    ),
+)
+
+SCENARIOS: dict[str, Scenario] = {
+    "default": Scenario(
+        "default",
+        "a small GPU/CPU cluster whose jobs succeed, fail and retry, OOM, idle, over-request, get "
+        "rejected, and get stuck in gangs; finished jobs are resubmitted under a new name",
+        NAMESPACES, NODES, QUEUES, WORKLOADS,
+    ),
+    "empty": Scenario("empty", "the default cluster's namespaces, nodes and queues, and no workload",
+                      NAMESPACES, NODES, QUEUES),
+    "scale": Scenario(
+        "scale",
+        "bulk objects for benchmarks: `pods` pods in `jobs` Running jobs across `queues` queues and "
+        "`namespaces` namespaces on ceil(pods / pods_per_node) nodes, created at setup, no churn",
+        bulk=BulkSpec(),
+    ),
+}

@@ -1,0 +1,214 @@
+"""The driver's view of the simulated workload: nodes with their free resources, runs (one
+submission of a workload: a Volcano Job or a Kubeflow PyTorchJob, and its PodGroup) and pods."""
+
+from __future__ import annotations
+
+import time
+import uuid
+from dataclasses import dataclass, field
+from typing import Any
+
+from simulator.quantity import GIB, Resources, parse_resources
+from simulator.scenario import NodeSpec, TaskSpec, Workload
+from simulator.usage import ContainerUsage, GpuDevice
+
+Obj = dict[str, Any]
+
+JOB_API = "batch.volcano.sh/v1alpha1"
+KUBEFLOW_API = "kubeflow.org/v1"
+TERMINAL_JOB_PHASES = ("Completed", "Failed", "Aborted", "Terminated")
+
+
+def rfc3339(t: float) -> str:
+    return time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(t))
+
+
+def go_duration(seconds: float) -> str:
+    """metav1.Duration's text: 1h2m3s, 4m0s, 12s."""
+    total = max(0, int(seconds))
+    hours, rest = divmod(total, 3600)
+    minutes, secs = divmod(rest, 60)
+    if hours:
+        return f"{hours}h{minutes}m{secs}s"
+    if minutes:
+        return f"{minutes}m{secs}s"
+    return f"{secs}s"
+
+
+def stable_uuid(*parts: str) -> str:
+    return str(uuid.uuid5(uuid.NAMESPACE_URL, "volcano-sim/" + "/".join(parts)))
+
+
+# ---- state -----------------------------------------------------------------------------------------
+
+@dataclass
+class NodeSim:
+    spec: NodeSpec
+    allocatable: Resources
+    capacity: Resources
+    used: Resources = field(default_factory=dict)
+    devices: tuple[GpuDevice, ...] = ()
+    free_gpus: list[int] = field(default_factory=list)
+
+    @property
+    def name(self) -> str:
+        return self.spec.name
+
+    def free(self) -> Resources:
+        return {k: v - self.used.get(k, 0.0) for k, v in self.allocatable.items()}
+
+    @property
+    def labels(self) -> dict[str, str]:
+        spec = self.spec
+        labels = {
+            "kubernetes.io/hostname": spec.name,
+            "kubernetes.io/os": "linux",
+            "kubernetes.io/arch": "amd64",
+            "node.kubernetes.io/instance-type": spec.instance_type,
+            "topology.kubernetes.io/zone": spec.zone,
+        }
+        if spec.gpus:
+            labels |= {"node-role/gpu": "true", "nvidia.com/gpu.present": "true",
+                       "nvidia.com/gpu.product": spec.gpu_product, "nvidia.com/gpu.count": str(spec.gpus),
+                       "nvidia.com/gpu.memory": "81920"}
+        return labels
+
+    @property
+    def taints(self) -> list[Obj]:
+        return [{"key": "nvidia.com/gpu", "value": "present", "effect": "NoSchedule"}] if self.spec.gpus else []
+
+
+def make_node(spec: NodeSpec) -> NodeSim:
+    capacity: Resources = {"cpu": float(spec.cpu), "memory": float(spec.memory_gi * GIB),
+                           "pods": float(spec.max_pods), "ephemeral-storage": float(200 * GIB)}
+    allocatable = dict(capacity)
+    allocatable["cpu"] = spec.cpu - 0.5
+    allocatable["memory"] = capacity["memory"] - 2 * GIB
+    allocatable["ephemeral-storage"] = float(180 * GIB)
+    if spec.gpus:
+        capacity["nvidia.com/gpu"] = allocatable["nvidia.com/gpu"] = float(spec.gpus)
+    model = spec.gpu_product.replace("-", " ", 1) if spec.gpus else ""
+    devices = tuple(GpuDevice(i, "GPU-" + stable_uuid(spec.name, "gpu", str(i)), model) for i in range(spec.gpus))
+    return NodeSim(spec, allocatable, capacity, devices=devices, free_gpus=list(range(spec.gpus)))
+
+
+@dataclass(eq=False)
+class PodSim:
+    run: RunSim
+    task: TaskSpec
+    index: int
+    name: str
+    created: float
+    requests: Resources
+    uid: str = ""
+    node: str | None = None
+    gpus: tuple[GpuDevice, ...] = ()
+    holding: bool = False  # counted against its node and queue
+    phase: str = "Pending"
+    bound_at: float | None = None
+    started_at: float | None = None  # the current container instance
+    first_started_at: float | None = None
+    finished_at: float | None = None
+    exit_code: int | None = None
+    term_reason: str | None = None
+    pod_reason: str | None = None
+    pod_message: str | None = None
+    restart_count: int = 0
+    last_state: Obj = field(default_factory=dict)
+    deleting_at: float | None = None
+    removed: bool = False
+    unschedulable: str | None = None  # PodScheduled=False message
+    unschedulable_since: float | None = None
+    usage: ContainerUsage | None = None
+
+    @property
+    def namespace(self) -> str:
+        return self.run.namespace
+
+    @property
+    def active(self) -> bool:
+        return not self.removed and self.deleting_at is None
+
+
+@dataclass(eq=False)
+class RunSim:
+    """One run (submission) of a workload: a Volcano Job or a PyTorchJob and its PodGroup."""
+
+    workload: Workload
+    name: str
+    created: float
+    uid: str = ""
+    pg_name: str = ""
+    pg_uid: str = ""
+    owner_uid: str = ""
+    phase: str = "Pending"
+    state_reason: str = ""
+    state_message: str = ""
+    state_time: float = 0.0
+    conditions: list[tuple[str, float]] = field(default_factory=list)
+    retry_count: int = 0
+    version: int = 0
+    pods: dict[str, PodSim] = field(default_factory=dict)
+    pg_phase: str = "Pending"
+    pg_conditions: dict[str, Obj] = field(default_factory=dict)
+    pg_unschedulable: bool = False
+    finished_at: float | None = None
+    min_resources: Resources = field(default_factory=dict)
+
+    @property
+    def namespace(self) -> str:
+        return self.workload.namespace
+
+    @property
+    def queue(self) -> str:
+        return self.workload.queue
+
+    @property
+    def is_vcjob(self) -> bool:
+        return self.workload.kind == "Job"
+
+    @property
+    def finished(self) -> bool:
+        return self.finished_at is not None
+
+
+def task_requests(task: TaskSpec) -> Resources:
+    req = parse_resources({"cpu": task.cpu, "memory": task.memory})
+    if task.gpus:
+        req["nvidia.com/gpu"] = float(task.gpus)
+    return req
+
+
+def task_limits(task: TaskSpec) -> dict[str, str | int]:
+    limits: dict[str, str | int] = {}
+    if task.cpu_limit:
+        limits["cpu"] = task.cpu_limit
+    if task.memory_limit:
+        limits["memory"] = task.memory_limit
+    if task.gpus:
+        limits["nvidia.com/gpu"] = task.gpus
+    return limits
+
+
+def min_resources(workload: Workload) -> Resources:
+    """What Volcano puts in the PodGroup: the requests of the first minAvailable pods, in task order."""
+    total: Resources = {"cpu": 0.0, "memory": 0.0}
+    left = workload.min_member
+    for task in workload.tasks:
+        n = min(left, task.replicas)
+        for name, amount in task_requests(task).items():
+            total[name] = total.get(name, 0.0) + amount * n
+        left -= n
+    return total
+
+
+def pod_counts(run: RunSim) -> dict[str, int]:
+    counts = dict.fromkeys(("pending", "running", "succeeded", "failed", "terminating", "unknown"), 0)
+    for pod in run.pods.values():
+        if pod.removed:
+            continue
+        if pod.deleting_at is not None:
+            counts["terminating"] += 1
+        else:
+            counts[pod.phase.lower() if pod.phase in ("Pending", "Running", "Succeeded", "Failed") else "unknown"] += 1
+    return counts
