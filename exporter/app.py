@@ -10,7 +10,7 @@ from typing import Any
 from kubernetes import client
 
 from exporter import selfmetrics
-from exporter.kube.informer import Informer
+from exporter.kube.informer import Backoff, Informer
 from exporter.kube.resources import JOBS, PODGROUPS, PODS, QUEUES, ResourceKind
 from exporter.model import PodGroup, parse_job, parse_pod, parse_podgroup, parse_queue
 from exporter.podview import is_volcano_pod
@@ -20,7 +20,8 @@ from exporter.store import ExporterStore
 
 class Exporter:
     def __init__(self, api: client.ApiClient, namespaces: Sequence[str] = (), shard: int = 0, total_shards: int = 1,
-                 **informer_options: Any) -> None:
+                 backoff_base: float = 0.5, backoff_cap: float = 30.0, forbidden_retry_seconds: float = 60.0,
+                 watch_timeout_seconds: int = 300) -> None:
         self.store = ExporterStore(emit_queues=shard == 0)
         self.informers: list[Informer[Any]] = []
         self._scrape_seconds = 0.0
@@ -32,8 +33,10 @@ class Exporter:
                 predicate: Callable[[Any], bool] | None) -> None:
             scopes: list[str | None] = list(namespaces) if namespaces and kind.namespaced else [None]
             for namespace in scopes:
-                informer: Informer[Any] = Informer(api, kind, namespace=namespace, transform=transform,
-                                                   predicate=predicate, **informer_options)
+                informer: Informer[Any] = Informer(
+                    api, kind, namespace=namespace, transform=transform, predicate=predicate,
+                    backoff=Backoff(backoff_base, backoff_cap), forbidden_retry_seconds=forbidden_retry_seconds,
+                    watch_timeout_seconds=watch_timeout_seconds)
                 informer.add_handler(handler)
                 self.informers.append(informer)
 

@@ -24,6 +24,7 @@ def pod(name: str, namespace: str = "default", labels: dict[str, str] | None = N
 
 
 def client_for(sim: SimulatorThread, tmp_path: Path) -> client.ApiClient:
+    tmp_path.mkdir(parents=True, exist_ok=True)
     path = tmp_path / "kubeconfig"
     write_kubeconfig(path, sim.url)
     return api_client(str(path))
