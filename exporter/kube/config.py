@@ -10,6 +10,7 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
+import yaml
 from kubernetes import client, config
 from kubernetes.config.config_exception import ConfigException
 
@@ -25,7 +26,7 @@ def _from_kubeconfig(path: str, context: str | None, settings: client.Configurat
         config.load_kube_config(  # type: ignore[no-untyped-call]
             config_file=path, context=context, client_configuration=settings, persist_config=False
         )
-    except (ConfigException, OSError, ValueError, TypeError, KeyError) as exc:
+    except (ConfigException, OSError, ValueError, TypeError, KeyError, yaml.YAMLError) as exc:
         detail = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
         raise ClusterConfigError(f"cannot use kubeconfig {path}: {detail}") from exc
 

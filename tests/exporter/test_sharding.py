@@ -1,0 +1,52 @@
+from __future__ import annotations
+
+from pathlib import Path
+
+from exporter.app import Exporter
+from exporter.sharding import fnv1a_64, shard_of
+from simulator import resources as R
+from simulator.runtime import SimulatorThread
+from tests.exporter.harness import start_exporter
+from tests.exporter.scrape import parse, select
+
+
+def test_fnv1a_64_matches_the_reference_vectors() -> None:
+    assert fnv1a_64(b"") == 0xCBF29CE484222325
+    assert fnv1a_64(b"a") == 0xAF63DC4C8601EC8C
+    assert fnv1a_64(b"foobar") == 0x85944171F73967E8
+
+
+def test_shards_partition_the_objects(scenario_sim: SimulatorThread, tmp_path: Path,
+                                      exporters: list[Exporter]) -> None:
+    shards = [start_exporter(scenario_sim, tmp_path / str(i), shard=i, total_shards=3) for i in range(3)]
+    exporters.extend(shards)
+    scrapes = [parse(e.scrape()) for e in shards]
+    pods = scenario_sim.call(scenario_sim.store.objects, R.PODS)
+    for family, kind in (("volcano_pod_info", R.PODS), ("volcano_job_info", R.JOBS),
+                         ("volcano_podgroup_info", R.PODGROUPS)):
+        per_shard = [set(select(s, family)) for s in scrapes]
+        everything = scenario_sim.call(scenario_sim.store.objects, kind)
+        assert sum(map(len, per_shard)) == len(set().union(*per_shard)) == len(everything), family
+    for pod in pods:  # each pod is on the shard its UID hashes to
+        assert select(scrapes[shard_of(pod["metadata"]["uid"], 3)], "volcano_pod_info",
+                      pod=pod["metadata"]["name"], namespace=pod["metadata"]["namespace"])
+    assert select(scrapes[0], "volcano_queue_info")
+    assert not select(scrapes[1], "volcano_queue_info") and not select(scrapes[2], "volcano_queue_info")
+    # Kubeflow pods on shards that do not own their PodGroup are still attributed to its queue.
+    kubeflow = [p for p in pods if "volcano.sh/job-name" not in (p["metadata"].get("labels") or {})]
+    assert kubeflow
+    for pod in kubeflow:
+        s = scrapes[shard_of(pod["metadata"]["uid"], 3)]
+        info = select(s, "volcano_pod_info", pod=pod["metadata"]["name"])
+        assert dict(next(iter(info)))["queue"] != ""
+
+
+def test_namespaces_limit_namespaced_kinds(scenario_sim: SimulatorThread, tmp_path: Path,
+                                           exporters: list[Exporter]) -> None:
+    exporter = start_exporter(scenario_sim, tmp_path, namespaces=["team-a", "team-b"])
+    exporters.append(exporter)
+    s = parse(exporter.scrape())
+    namespaces = {dict(k)["namespace"] for k in select(s, "volcano_pod_info")}
+    assert namespaces and namespaces <= {"team-a", "team-b"}
+    assert {dict(k)["namespace"] for k in select(s, "volcano_job_info")} <= {"team-a", "team-b"}
+    assert select(s, "volcano_queue_info")  # cluster-scoped kinds are not limited
