@@ -18,8 +18,7 @@ $(VENV)/.installed: pyproject.toml
 	touch $@
 
 demo: install
-	mkdir -p $(DEMO_DIR)
-	$(BIN)/volcano-sim --listen 127.0.0.1:8001 --kubeconfig-out $(DEMO_DIR)/kubeconfig --speed 10
+	$(BIN)/python -m simulator.demo --dir $(DEMO_DIR)
 
 lint: install
 	$(BIN)/ruff check .
