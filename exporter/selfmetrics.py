@@ -29,7 +29,8 @@ REQUEST_ERRORS = Family("volcano_exporter_request_errors_total",
 OBJECTS = Family("volcano_exporter_objects", "Objects held in the informer cache (this shard).", R)
 SYNCED = Family("volcano_exporter_synced", "1 once the first full list of the resource has been applied.", R)
 STATE = Family("volcano_exporter_informer_state",
-               "The informer's state (1 for the current one): watching, listing, backoff, forbidden, not_found.",
+               "The informer's state (1 for the current one): starting, listing, watching, backoff, forbidden, "
+               "not_found, stopped.",
                ("resource", "state"))
 LAST_EVENT = Family("volcano_exporter_last_event_timestamp_seconds", "Unix time of the last event applied.", R)
 SCRAPE_SECONDS = Family("volcano_exporter_scrape_duration_seconds",

@@ -187,6 +187,8 @@ class Informer(Generic[T]):
                 self._on_status_error(exc)
                 need_list = need_list or exc.code in (403, 404)
             except (urllib3.exceptions.HTTPError, OSError, client.ApiException) as exc:
+                if self._stop.is_set():
+                    break  # stop() shut the stream down under us: not an error
                 self.request_errors["connection"] += 1
                 self.last_error = f"{type(exc).__name__}: {exc}"
                 self._sleep_backoff(f"cannot reach the API server: {self.last_error}")
