@@ -86,12 +86,8 @@ def istring(d: Mapping[str, Any], key: str, path: str, probs: list[str], default
 
 
 def integer(d: Mapping[str, Any], key: str, path: str, probs: list[str], default: int = 0) -> int:
-    v = d.get(key)
-    if type(v) is int:
-        return v
-    if v is not None:
-        probs.append(bad_type(path + key, "integer", v))
-    return default
+    v = opt_integer(d, key, path, probs)
+    return default if v is None else v
 
 
 def opt_integer(d: Mapping[str, Any], key: str, path: str, probs: list[str]) -> int | None:

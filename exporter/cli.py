@@ -9,7 +9,7 @@ import sys
 import threading
 
 from exporter.app import Exporter
-from exporter.flags import Parser, env_flag, host_port
+from exporter.flags import Parser, env_flag, host_port, kubeconfig_flag, log_level_flag
 from exporter.kube.config import ClusterConfigError, api_client
 from exporter.server import make_server, serve_in_background
 
@@ -22,8 +22,7 @@ def build_parser() -> argparse.ArgumentParser:
         description="Watch Volcano Jobs, PodGroups, Queues and their pods through the Kubernetes API "
         "(list+watch) and serve them as Prometheus metrics on /metrics.",
     )
-    env_flag(parser, "--kubeconfig", "VOLCANO_EXPORTER_KUBECONFIG",
-             help="kubeconfig file; otherwise $KUBECONFIG, the in-cluster service account, ~/.kube/config")
+    kubeconfig_flag(parser, "VOLCANO_EXPORTER")
     env_flag(parser, "--listen", "VOLCANO_EXPORTER_LISTEN", default="0.0.0.0:9746", type=host_port,
              help="HOST:PORT to serve /metrics, /healthz and /readyz on")
     env_flag(parser, "--namespaces", "VOLCANO_EXPORTER_NAMESPACES", default="",
@@ -32,8 +31,7 @@ def build_parser() -> argparse.ArgumentParser:
              help="this replica's shard index, 0-based")
     env_flag(parser, "--total-shards", "VOLCANO_EXPORTER_TOTAL_SHARDS", default="1", type=int,
              help="number of exporter replicas that split objects by UID hash (FNV-1a 64, as kube-state-metrics)")
-    env_flag(parser, "--log-level", "VOLCANO_EXPORTER_LOG_LEVEL", default="INFO",
-             choices=["DEBUG", "INFO", "WARNING", "ERROR"], help="log level")
+    log_level_flag(parser, "VOLCANO_EXPORTER")
     return parser
 
 

@@ -27,6 +27,16 @@ def env_flag(parser: argparse.ArgumentParser, flag: str, env: str, *, default: A
                         help=f"{help}{shown} [env {env}]", **kwargs)
 
 
+def kubeconfig_flag(parser: argparse.ArgumentParser, env_prefix: str) -> None:
+    env_flag(parser, "--kubeconfig", f"{env_prefix}_KUBECONFIG",
+             help="kubeconfig file; otherwise $KUBECONFIG, the in-cluster service account, ~/.kube/config")
+
+
+def log_level_flag(parser: argparse.ArgumentParser, env_prefix: str) -> None:
+    env_flag(parser, "--log-level", f"{env_prefix}_LOG_LEVEL", default="INFO",
+             choices=["DEBUG", "INFO", "WARNING", "ERROR"], help="log level")
+
+
 def host_port(text: str) -> tuple[str, int]:
     """Parse HOST:PORT (IPv6 as [::1]:PORT); an empty host means all interfaces."""
     host, sep, port_text = text.rpartition(":")

@@ -11,7 +11,7 @@ import sys
 
 from aiohttp import web
 
-from exporter.flags import Parser, env_flag, host_port, positive_float
+from exporter.flags import Parser, env_flag, host_port, log_level_flag, positive_float
 from simulator.runtime import bind_socket, write_kubeconfig
 from simulator.scenario import SCENARIOS
 from simulator.server import ApiServer
@@ -38,8 +38,7 @@ def build_parser() -> argparse.ArgumentParser:
              help="scenario seconds per real second (60 plays an hour a minute)")
     env_flag(parser, "--bookmark-interval", "VOLCANO_SIM_BOOKMARK_INTERVAL", default="30", type=positive_float,
              help="seconds between watch bookmarks")
-    env_flag(parser, "--log-level", "VOLCANO_SIM_LOG_LEVEL", default="INFO",
-             choices=["DEBUG", "INFO", "WARNING", "ERROR"], help="log level")
+    log_level_flag(parser, "VOLCANO_SIM")
     return parser
 
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import argparse
 import sys
 
-from exporter.flags import Parser, env_flag, host_port
+from exporter.flags import Parser, env_flag, host_port, kubeconfig_flag, log_level_flag
 from exporter.kube.config import ClusterConfigError, load_configuration
 
 
@@ -15,13 +15,13 @@ def build_parser() -> argparse.ArgumentParser:
         description="Watch Volcano workloads, keep their resource usage history, compare it with what "
         "they requested, raise failure and waste alerts, recommend right-sized requests.",
     )
-    env_flag(parser, "--kubeconfig", "VOLCANO_WATCHDOG_KUBECONFIG",
-             help="kubeconfig file; otherwise $KUBECONFIG, the in-cluster service account, ~/.kube/config")
+    kubeconfig_flag(parser, "VOLCANO_WATCHDOG")
     env_flag(parser, "--listen", "VOLCANO_WATCHDOG_LISTEN", default="0.0.0.0:9747", type=host_port,
              help="HOST:PORT to serve the API, /metrics, /healthz and /readyz on")
     env_flag(parser, "--database-url", "VOLCANO_WATCHDOG_DATABASE_URL", default="sqlite:///volcano-watchdog.db",
              help="SQLAlchemy URL: sqlite:///PATH or postgresql+psycopg://USER@HOST/DB")
     env_flag(parser, "--config", "VOLCANO_WATCHDOG_CONFIG", help="YAML configuration file")
+    log_level_flag(parser, "VOLCANO_WATCHDOG")
     return parser
 
 
