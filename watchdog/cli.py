@@ -5,8 +5,9 @@ from __future__ import annotations
 import argparse
 import sys
 
-from exporter.flags import Parser, env_flag, host_port, kubeconfig_flag, log_level_flag
+from exporter.flags import Parser, env_flag, log_level_flag
 from exporter.kube.config import ClusterConfigError, load_configuration
+from watchdog.config import ConfigError, load
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -15,12 +16,14 @@ def build_parser() -> argparse.ArgumentParser:
         description="Watch Volcano workloads, keep their resource usage history, compare it with what "
         "they requested, raise failure and waste alerts, recommend right-sized requests.",
     )
-    kubeconfig_flag(parser, "VOLCANO_WATCHDOG")
-    env_flag(parser, "--listen", "VOLCANO_WATCHDOG_LISTEN", default="0.0.0.0:9747", type=host_port,
-             help="HOST:PORT to serve the API, /metrics, /healthz and /readyz on")
-    env_flag(parser, "--database-url", "VOLCANO_WATCHDOG_DATABASE_URL", default="sqlite:///volcano-watchdog.db",
-             help="SQLAlchemy URL: sqlite:///PATH or postgresql+psycopg://USER@HOST/DB")
-    env_flag(parser, "--config", "VOLCANO_WATCHDOG_CONFIG", help="YAML configuration file")
+    parser.add_argument("--kubeconfig", help="kubeconfig file; otherwise $KUBECONFIG, the in-cluster service "
+                        "account, ~/.kube/config [env VOLCANO_WATCHDOG_KUBECONFIG]")
+    parser.add_argument("--listen", help="HOST:PORT to serve the API, /metrics, /healthz and /readyz on "
+                        "(default: 0.0.0.0:9747) [env VOLCANO_WATCHDOG_LISTEN]")
+    parser.add_argument("--database-url", help="SQLAlchemy URL: sqlite:///PATH or postgresql+psycopg://USER@HOST/DB "
+                        "(default: sqlite:///volcano-watchdog.db) [env VOLCANO_WATCHDOG_DATABASE_URL]")
+    env_flag(parser, "--config", "VOLCANO_WATCHDOG_CONFIG",
+             help="YAML configuration file (every key: docs/configuration.md)")
     log_level_flag(parser, "VOLCANO_WATCHDOG")
     return parser
 
@@ -28,11 +31,12 @@ def build_parser() -> argparse.ArgumentParser:
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     try:
-        load_configuration(args.kubeconfig)
-    except ClusterConfigError as exc:
+        settings = load(args.config, kubeconfig=args.kubeconfig, listen=args.listen, database_url=args.database_url)
+        load_configuration(settings.kubeconfig)
+    except (ConfigError, ClusterConfigError) as exc:
         print(f"volcano-watchdog: {exc}", file=sys.stderr)
         return 2
-    print("volcano-watchdog: cluster configuration is valid; the watchdog is not built yet "
+    print("volcano-watchdog: configuration is valid; the watchdog is not built yet "
           "(tracked in the watchdog issue)", file=sys.stderr)
     return 3
 

@@ -1,0 +1,194 @@
+"""Watchdog configuration: a YAML file, then `VOLCANO_WATCHDOG_*` environment variables, then flags
+(each overriding the one before). Every key is documented in docs/configuration.md, generated from
+these models; an invalid value is one line naming the key (`ConfigError`), and the CLI exits 2.
+
+Nested keys in the environment use `__`: `VOLCANO_WATCHDOG_DETECTORS__IDLE_WINDOW_SECONDS=900`.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+from pathlib import Path
+from typing import Any
+
+import yaml
+from pydantic import BaseModel, ConfigDict, Field, SecretStr, ValidationError, field_validator
+
+from exporter.flags import host_port
+
+ENV_PREFIX = "VOLCANO_WATCHDOG_"
+CLI_ONLY_ENV = {"VOLCANO_WATCHDOG_CONFIG", "VOLCANO_WATCHDOG_LOG_LEVEL"}
+
+
+class ConfigError(Exception):
+    """Invalid configuration; the message is one line naming the key."""
+
+
+class Section(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+
+class MetricsApiSource(Section):
+    """Usage from the Kubernetes metrics API (metrics.k8s.io/v1beta1 PodMetrics), polled."""
+
+    enabled: bool = Field(default=True, description="Poll PodMetrics.")
+    interval_seconds: float = Field(default=30.0, gt=0, description="Seconds between polls.")
+
+
+class PrometheusSource(Section):
+    """Usage from Prometheus: cAdvisor CPU and working-set memory, DCGM GPU utilisation."""
+
+    enabled: bool = Field(default=False, description="Query Prometheus.")
+    url: str = Field(default="http://localhost:9090", description="Prometheus base URL.")
+    interval_seconds: float = Field(default=60.0, gt=0, description="Seconds between query rounds.")
+    timeout_seconds: float = Field(default=10.0, gt=0, description="Timeout of one query.")
+    rate_window: str = Field(default="5m", pattern=r"^[0-9]+[smhd]$", description="Range for rate() over CPU counters.")
+    gpu: bool = Field(default=True, description="Query DCGM_FI_DEV_GPU_UTIL for GPU utilisation.")
+    bearer_token: SecretStr | None = Field(default=None, description="Bearer token for Prometheus, if it needs one.")
+
+
+class Sources(Section):
+    """Where usage comes from; each source is optional."""
+
+    metrics_api: MetricsApiSource = MetricsApiSource()
+    prometheus: PrometheusSource = PrometheusSource()
+
+
+class Retention(Section):
+    """How long time-ordered data is kept; enforced every `check_interval_seconds`."""
+
+    usage_days: float = Field(default=14, gt=0, description="Usage rollups per container.")
+    jobs_days: float = Field(default=180, gt=0, description="Job ledger rows, counted from the job's finish.")
+    alerts_days: float = Field(default=90, gt=0, description="Resolved alerts, counted from their resolution.")
+    check_interval_seconds: float = Field(default=3600, gt=0, description="Seconds between retention passes.")
+
+
+class Detectors(Section):
+    """Thresholds and windows of the failure and waste detectors (DESIGN §5)."""
+
+    gang_unschedulable_seconds: float = Field(
+        default=600, ge=0, description="A PodGroup Unschedulable this long raises GangUnschedulable."
+    )
+    partial_gang_seconds: float = Field(
+        default=600, ge=0, description="Some pods running while the gang is incomplete this long raises PartialGang."
+    )
+    idle_window_seconds: float = Field(default=1800, gt=0, description="Window over which JobIdle looks at usage.")
+    idle_cpu_ratio: float = Field(
+        default=0.05, gt=0, le=1, description="JobIdle when CPU used / requested stays below."
+    )
+    idle_gpu_util_percent: float = Field(
+        default=5, ge=0, le=100, description="JobIdle (GPU) when GPU util stays below."
+    )
+    over_requested_ratio: float = Field(
+        default=0.25, gt=0, le=1, description="OverRequested when a finished job used less than this of its request."
+    )
+    over_requested_min_seconds: float = Field(
+        default=600, ge=0, description="OverRequested only for jobs that ran at least this long."
+    )
+    queue_starved_seconds: float = Field(
+        default=900, ge=0, description="QueueStarved when demand is pending at capability this long."
+    )
+    retrying_min_retries: int = Field(default=1, ge=1, description="JobRetrying from this many retries.")
+
+
+class Recommendations(Section):
+    """Request recommendations in the manner of the VPA recommender."""
+
+    cpu_percentile: float = Field(default=0.9, gt=0, lt=1, description="Percentile of CPU usage for the target.")
+    memory_percentile: float = Field(default=0.9, gt=0, lt=1, description="Percentile of per-interval memory peaks.")
+    safety_margin: float = Field(default=0.15, ge=0, description="Added to targets (0.15 = +15%).")
+    half_life_hours: float = Field(default=24, gt=0, description="Half-life of sample weights in the histograms.")
+    memory_interval_hours: float = Field(default=24, gt=0, description="Interval whose memory peak is one sample.")
+    oom_bump_ratio: float = Field(default=1.2, ge=1, description="After an OOM kill: at least peak x this.")
+    oom_min_bump_bytes: int = Field(default=100 * 2**20, ge=0, description="After an OOM kill: at least peak + this.")
+    min_cpu_cores: float = Field(default=0.025, ge=0, description="Lowest CPU recommendation.")
+    min_memory_bytes: int = Field(default=250 * 2**20, ge=0, description="Lowest memory recommendation.")
+    workload_label: str | None = Field(
+        default=None, description="Pod label naming the workload; default: namespace + job name without its run suffix."
+    )
+
+
+class Settings(Section):
+    kubeconfig: str | None = Field(default=None, description="Kubeconfig file (else $KUBECONFIG, in-cluster, ~/.kube).")
+    listen: str = Field(default="0.0.0.0:9747", description="HOST:PORT for the API, /metrics, /healthz, /readyz.")
+    database_url: str = Field(
+        default="sqlite:///volcano-watchdog.db", description="sqlite:///PATH or postgresql+psycopg://USER:PASS@HOST/DB."
+    )
+    api_token: SecretStr | None = Field(
+        default=None, description="Bearer token required by every non-GET API endpoint (unset: those are refused)."
+    )
+    namespaces: list[str] = Field(default_factory=list, description="Namespaces to watch (empty: all).")
+    grafana_url: str | None = Field(default=None, description="Grafana base URL, for links in messages.")
+    sources: Sources = Sources()
+    retention: Retention = Retention()
+    detectors: Detectors = Detectors()
+    recommendations: Recommendations = Recommendations()
+
+    @field_validator("listen")
+    @classmethod
+    def _host_port(cls, value: str) -> str:
+        try:
+            host_port(value)
+        except argparse.ArgumentTypeError as exc:
+            raise ValueError(str(exc)) from None
+        return value
+
+    @field_validator("database_url")
+    @classmethod
+    def _known_database(cls, value: str) -> str:
+        if not value.startswith(("sqlite:///", "postgresql+psycopg://", "postgresql://")):
+            raise ValueError("must start with sqlite:/// or postgresql+psycopg://")
+        return value
+
+
+def _describe(error: ValidationError) -> str:
+    first = error.errors()[0]
+    key = ".".join(str(part) for part in first["loc"]) or "(top level)"
+    return f"{key}: {first['msg']}" + (f" (got {first['input']!r:.80})" if "input" in first else "")
+
+
+def _deep_merge(base: dict[str, Any], over: dict[str, Any]) -> dict[str, Any]:
+    merged = dict(base)
+    for key, value in over.items():
+        if isinstance(value, dict) and isinstance(merged.get(key), dict):
+            merged[key] = _deep_merge(merged[key], value)
+        else:
+            merged[key] = value
+    return merged
+
+
+def env_overrides(environ: dict[str, str] | None = None) -> dict[str, Any]:
+    """`VOLCANO_WATCHDOG_*` variables as a nested dict (`__` separates levels). Variables that only
+    the command line reads (config file, log level) are not settings."""
+    out: dict[str, Any] = {}
+    for name, value in (os.environ if environ is None else environ).items():
+        if not name.startswith(ENV_PREFIX) or name in CLI_ONLY_ENV:
+            continue
+        path = name[len(ENV_PREFIX) :].lower().split("__")
+        node = out
+        for part in path[:-1]:
+            node = node.setdefault(part, {})
+        node[path[-1]] = value.split(",") if path == ["namespaces"] else value
+    return out
+
+
+def load(config_file: str | Path | None = None, environ: dict[str, str] | None = None, **flags: Any) -> Settings:
+    """Settings from the YAML file, then the environment, then flags (a None flag is "not given")."""
+    from_file: dict[str, Any] = {}
+    if config_file:
+        path = Path(config_file)
+        try:
+            loaded = yaml.safe_load(path.read_text()) or {}
+        except OSError as exc:
+            raise ConfigError(f"cannot read config file {path}: {exc.strerror}") from exc
+        except yaml.YAMLError as exc:
+            raise ConfigError(f"config file {path} is not valid YAML: {str(exc).splitlines()[0]}") from exc
+        if not isinstance(loaded, dict):
+            raise ConfigError(f"config file {path} must hold a mapping of keys, not {type(loaded).__name__}")
+        from_file = loaded
+    given = {k: v for k, v in flags.items() if v is not None}
+    try:
+        return Settings(**_deep_merge(_deep_merge(from_file, env_overrides(environ)), given))
+    except ValidationError as exc:
+        raise ConfigError(_describe(exc)) from None
