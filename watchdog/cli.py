@@ -5,9 +5,12 @@ from __future__ import annotations
 import argparse
 import sys
 
+from sqlalchemy.exc import SQLAlchemyError
+
 from exporter.flags import Parser, env_flag, log_level_flag
 from exporter.kube.config import ClusterConfigError, load_configuration
-from watchdog.config import ConfigError, load
+from watchdog.config import ConfigError, Settings, load
+from watchdog.db.engine import make_engine, migrate
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -25,17 +28,40 @@ def build_parser() -> argparse.ArgumentParser:
     env_flag(parser, "--config", "VOLCANO_WATCHDOG_CONFIG",
              help="YAML configuration file (every key: docs/configuration.md)")
     log_level_flag(parser, "VOLCANO_WATCHDOG")
+    commands = parser.add_subparsers(dest="command", metavar="COMMAND")
+    commands.add_parser("run", help="watch, collect, detect and serve (the default)")
+    commands.add_parser("migrate", help="bring the database schema up to date, then exit")
+    parser.set_defaults(command="run")
     return parser
+
+
+def run_migrate(settings: Settings) -> int:
+    engine = make_engine(settings.database_url)
+    try:
+        migrate(engine)
+        with engine.connect() as connection:
+            revision = connection.exec_driver_sql("SELECT version_num FROM alembic_version").scalar()
+    except SQLAlchemyError as exc:
+        print(f"volcano-watchdog: cannot migrate {engine.url.render_as_string(hide_password=True)}: "
+              f"{str(getattr(exc, 'orig', None) or exc).splitlines()[0]}", file=sys.stderr)
+        return 1
+    finally:
+        engine.dispose()
+    print(f"volcano-watchdog: database schema is at revision {revision}")
+    return 0
 
 
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     try:
         settings = load(args.config, kubeconfig=args.kubeconfig, listen=args.listen, database_url=args.database_url)
-        load_configuration(settings.kubeconfig)
+        if args.command == "run":
+            load_configuration(settings.kubeconfig)
     except (ConfigError, ClusterConfigError) as exc:
         print(f"volcano-watchdog: {exc}", file=sys.stderr)
         return 2
+    if args.command == "migrate":
+        return run_migrate(settings)
     print("volcano-watchdog: configuration is valid; the watchdog is not built yet "
           "(tracked in the watchdog issue)", file=sys.stderr)
     return 3

@@ -1,0 +1,1 @@
+"""Storage: SQLAlchemy models, engines, Alembic migrations and retention."""

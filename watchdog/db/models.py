@@ -1,0 +1,165 @@
+"""The watchdog's tables (SQLAlchemy 2). Schema changes go through Alembic (watchdog/db/migrations):
+change a model, then add a migration; a test fails when the two disagree.
+
+Times are timezone-aware UTC datetimes. Resource amounts are floats in base units (cores, bytes,
+GPUs); "…_seconds" columns are integrals over time (core-seconds, byte-seconds, GPU-seconds).
+"""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime
+from typing import Any
+
+from sqlalchemy import JSON, BigInteger, DateTime, Dialect, Float, Index, Integer, String, Text, UniqueConstraint, text
+from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column
+from sqlalchemy.types import TypeDecorator
+
+# SQLite only autoincrements INTEGER PRIMARY KEY; PostgreSQL gets 64-bit keys.
+Id = BigInteger().with_variant(Integer(), "sqlite")
+Name = String(253)  # a Kubernetes name / namespace / label value
+
+
+class UTCDateTime(TypeDecorator[datetime]):
+    """Aware UTC datetimes on every backend (SQLite would hand back naive ones)."""
+
+    impl = DateTime(timezone=True)
+    cache_ok = True
+
+    def process_bind_param(self, value: datetime | None, dialect: Dialect) -> datetime | None:
+        if value is None:
+            return None
+        if value.tzinfo is None:
+            raise ValueError("naive datetime given: use an aware UTC datetime")
+        return value.astimezone(UTC)
+
+    def process_result_value(self, value: datetime | None, dialect: Dialect) -> datetime | None:
+        if value is None:
+            return None
+        return value.replace(tzinfo=UTC) if value.tzinfo is None else value.astimezone(UTC)
+
+
+class Base(DeclarativeBase):
+    type_annotation_map = {datetime: UTCDateTime(), dict[str, Any]: JSON}
+
+
+class JobRun(Base):
+    """One record per run of a job, kept after the Job object is gone (the ledger)."""
+
+    __tablename__ = "job_runs"
+    __table_args__ = (
+        Index("ix_job_runs_namespace_name", "namespace", "name"),
+        Index("ix_job_runs_queue", "queue"),
+        Index("ix_job_runs_finished_at", "finished_at"),
+    )
+
+    id: Mapped[int] = mapped_column(Id, primary_key=True, autoincrement=True)
+    uid: Mapped[str] = mapped_column(String(64), unique=True)  # the Job's UID (a Kubeflow job: its PodGroup's)
+    kind: Mapped[str] = mapped_column(String(64), default="Job")
+    namespace: Mapped[str] = mapped_column(Name)
+    name: Mapped[str] = mapped_column(Name)
+    workload: Mapped[str] = mapped_column(Name)  # the job's name without its run suffix (or a configured label)
+    queue: Mapped[str] = mapped_column(Name, default="")
+    created_at: Mapped[datetime | None]
+    started_at: Mapped[datetime | None]
+    finished_at: Mapped[datetime | None]
+    phase: Mapped[str] = mapped_column(String(32), default="")
+    reason: Mapped[str] = mapped_column(String(256), default="")
+    message: Mapped[str] = mapped_column(Text, default="")
+    retry_count: Mapped[int] = mapped_column(Integer, default=0)
+    requested_cpu_cores: Mapped[float] = mapped_column(Float, default=0.0)
+    requested_memory_bytes: Mapped[float] = mapped_column(Float, default=0.0)
+    requested_gpus: Mapped[float] = mapped_column(Float, default=0.0)
+    cpu_core_seconds_requested: Mapped[float] = mapped_column(Float, default=0.0)
+    cpu_core_seconds_used: Mapped[float] = mapped_column(Float, default=0.0)
+    memory_byte_seconds_requested: Mapped[float] = mapped_column(Float, default=0.0)
+    memory_byte_seconds_used: Mapped[float] = mapped_column(Float, default=0.0)
+    gpu_seconds_requested: Mapped[float] = mapped_column(Float, default=0.0)
+    gpu_seconds_used: Mapped[float] = mapped_column(Float, default=0.0)  # utilisation x GPUs x seconds
+    object_deleted: Mapped[bool] = mapped_column(default=False)
+    updated_at: Mapped[datetime]
+
+
+class UsageRollup(Base):
+    """Usage of one container over one time bucket: a few numbers instead of every raw sample."""
+
+    __tablename__ = "usage_rollups"
+    __table_args__ = (
+        UniqueConstraint("bucket_start", "namespace", "pod", "container", name="uq_usage_rollups_bucket_container"),
+        Index("ix_usage_rollups_bucket_start", "bucket_start"),
+        Index("ix_usage_rollups_job_uid", "job_uid"),
+        Index("ix_usage_rollups_workload", "workload"),
+    )
+
+    id: Mapped[int] = mapped_column(Id, primary_key=True, autoincrement=True)
+    bucket_start: Mapped[datetime]
+    bucket_seconds: Mapped[int] = mapped_column(Integer)
+    namespace: Mapped[str] = mapped_column(Name)
+    pod: Mapped[str] = mapped_column(Name)
+    container: Mapped[str] = mapped_column(Name)
+    job_uid: Mapped[str] = mapped_column(String(64), default="")
+    workload: Mapped[str] = mapped_column(Name, default="")
+    task: Mapped[str] = mapped_column(Name, default="")
+    queue: Mapped[str] = mapped_column(Name, default="")
+    samples: Mapped[int] = mapped_column(Integer, default=0)
+    cpu_cores_sum: Mapped[float] = mapped_column(Float, default=0.0)
+    cpu_cores_max: Mapped[float] = mapped_column(Float, default=0.0)
+    memory_bytes_sum: Mapped[float] = mapped_column(Float, default=0.0)
+    memory_bytes_max: Mapped[float] = mapped_column(Float, default=0.0)
+    gpu_samples: Mapped[int] = mapped_column(Integer, default=0)
+    gpu_util_sum: Mapped[float] = mapped_column(Float, default=0.0)  # percent
+    gpu_util_max: Mapped[float] = mapped_column(Float, default=0.0)
+    cpu_request_cores: Mapped[float] = mapped_column(Float, default=0.0)
+    memory_request_bytes: Mapped[float] = mapped_column(Float, default=0.0)
+    gpu_request: Mapped[float] = mapped_column(Float, default=0.0)
+
+
+class WorkloadHistogram(Base):
+    """Decaying usage histograms of one workload x task x container, for recommendations."""
+
+    __tablename__ = "workload_histograms"
+    __table_args__ = (
+        UniqueConstraint("namespace", "workload", "task", "container", name="uq_workload_histograms_key"),
+    )
+
+    id: Mapped[int] = mapped_column(Id, primary_key=True, autoincrement=True)
+    namespace: Mapped[str] = mapped_column(Name)
+    workload: Mapped[str] = mapped_column(Name)
+    task: Mapped[str] = mapped_column(Name, default="")
+    container: Mapped[str] = mapped_column(Name)
+    cpu: Mapped[dict[str, Any]]  # serialized histogram (see watchdog.recommend)
+    memory: Mapped[dict[str, Any]]
+    samples: Mapped[int] = mapped_column(BigInteger, default=0)
+    first_sample_at: Mapped[datetime | None]
+    last_sample_at: Mapped[datetime | None]
+    last_oom_at: Mapped[datetime | None]
+    last_oom_memory_bytes: Mapped[float] = mapped_column(Float, default=0.0)
+    updated_at: Mapped[datetime]
+
+
+class Alert(Base):
+    """One episode of an alert: pending -> firing -> resolved. At most one unresolved row per fingerprint."""
+
+    __tablename__ = "alerts"
+    __table_args__ = (
+        Index("uq_alerts_active_fingerprint", "fingerprint", unique=True,
+              sqlite_where=text("state != 'resolved'"), postgresql_where=text("state != 'resolved'")),
+        Index("ix_alerts_state", "state"),
+        Index("ix_alerts_resolved_at", "resolved_at"),
+    )
+
+    id: Mapped[int] = mapped_column(Id, primary_key=True, autoincrement=True)
+    fingerprint: Mapped[str] = mapped_column(String(64))
+    kind: Mapped[str] = mapped_column(String(64))
+    severity: Mapped[str] = mapped_column(String(16))
+    state: Mapped[str] = mapped_column(String(16))
+    namespace: Mapped[str] = mapped_column(Name, default="")
+    queue: Mapped[str] = mapped_column(Name, default="")
+    job_name: Mapped[str] = mapped_column(Name, default="")
+    subject: Mapped[str] = mapped_column(Name, default="")  # the pod / podgroup / queue the alert is about
+    summary: Mapped[str] = mapped_column(Text, default="")
+    details: Mapped[dict[str, Any]]
+    started_at: Mapped[datetime]
+    fired_at: Mapped[datetime | None]
+    resolved_at: Mapped[datetime | None]
+    last_seen_at: Mapped[datetime]
+    updated_at: Mapped[datetime]
