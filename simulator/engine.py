@@ -53,6 +53,7 @@ class Engine:
         self._dirty_runs: dict[RunSim, None] = {}
         self._last_metrics = -math.inf
         self._published: set[tuple[str, str]] = set()
+        self._published_at: dict[tuple[str, str], float] = {}  # whole-second time of the last PodMetrics
         self._events: deque[tuple[str, str]] = deque()
         self._series: dict[tuple[str, ...], list[Any]] = {}  # key -> [ns, name, count, written_at, obj]
         self._event_seq = itertools.count()

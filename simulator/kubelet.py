@@ -4,6 +4,8 @@ per-container usage that the usage model publishes."""
 
 from __future__ import annotations
 
+import math
+
 from simulator.engine import Engine
 from simulator.quantity import add, parse_quantity
 from simulator.resources import NODE_METRICS, POD_METRICS, PODS
@@ -170,6 +172,7 @@ class Kubelet(Engine):
     def _stop_usage(self, pod: PodSim) -> None:
         pod.usage = None
         key = (pod.namespace, pod.name)
+        self._published_at.pop(key, None)
         if key in self._published:
             self._published.discard(key)
             self._delete(POD_METRICS, *key)
@@ -184,8 +187,11 @@ class Kubelet(Engine):
                 continue
             stored = self.store.get(PODS, *key)
             labels = dict(((stored or {}).get("metadata") or {}).get("labels") or {})
-            self.store.upsert(POD_METRICS, pod_metrics(pod.namespace, pod.name, [pod.usage], self.now, labels))
+            report = pod_metrics(pod.namespace, pod.name, [pod.usage], self.now, labels,
+                                 self._published_at.get(key))
+            self.store.upsert(POD_METRICS, report)
             self._published.add(key)
+            self._published_at[key] = float(math.floor(self.now))
             totals = per_node.setdefault(pod.usage.node, [0.0, 0.0])
             totals[0] += pod.usage.cpu_cores(self.now)
             totals[1] += pod.usage.memory_bytes(self.now)

@@ -151,16 +151,26 @@ def format_kibibytes(amount: float) -> str:
 
 
 def pod_metrics(pod_ns: str, pod_name: str, containers: Iterable[ContainerUsage], t: float,
-                labels: dict[str, str]) -> Obj:
+                labels: dict[str, str], since: float | None = None) -> Obj:
+    """PodMetrics as metrics-server reports them: CPU is the average rate over the window that ends
+    at `timestamp` (from `since`, the previous report), so consecutive reports add up to the counter."""
+    t = float(math.floor(t))  # metav1.Time has whole seconds: make the window match what is published
+    window = t - since if since is not None and t > since else 30.0
+
+    def cpu(c: ContainerUsage) -> float:
+        if since is not None and t > since:
+            return (c.cpu_seconds(t) - c.cpu_seconds(since)) / (t - since)
+        return c.cpu_cores(t)
+
     return {
         "kind": "PodMetrics",
         "apiVersion": "metrics.k8s.io/v1beta1",
         "metadata": {"name": pod_name, "namespace": pod_ns, "creationTimestamp": rfc3339(t), "labels": labels},
         "timestamp": rfc3339(t),
-        "window": "30s",
+        "window": f"{window:g}s",
         "containers": [
             {"name": c.container,
-             "usage": {"cpu": format_nanocores(c.cpu_cores(t)), "memory": format_kibibytes(c.memory_bytes(t))}}
+             "usage": {"cpu": format_nanocores(cpu(c)), "memory": format_kibibytes(c.memory_bytes(t))}}
             for c in containers
         ],
     }
