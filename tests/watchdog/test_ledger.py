@@ -1,0 +1,192 @@
+"""The job ledger on both databases: fields from Job and PodGroup events, replay idempotency, rows
+that outlive the object, accumulators never reset, retention."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+from sqlalchemy import Engine, func, select, update
+from sqlalchemy.orm import Session
+
+from exporter.model import Job, PodGroup, parse_job, parse_podgroup
+from watchdog.config import Retention
+from watchdog.db.models import Alert, JobRun, UsageRollup
+from watchdog.ledger import Ledger, efficiency, enforce_retention
+
+NOW = datetime(2024, 5, 1, 12, 0, tzinfo=UTC)
+
+
+def job(phase: str = "Running", uid: str = "uid-1", name: str = "train-7k2p", **extra: Any) -> Job:
+    conditions = [{"status": "Pending", "lastTransitionTime": "2024-05-01T10:00:00Z"},
+                  {"status": "Running", "lastTransitionTime": "2024-05-01T10:01:00Z"}]
+    if phase in ("Completed", "Failed"):
+        conditions.append({"status": phase, "lastTransitionTime": "2024-05-01T11:00:00Z"})
+    return parse_job({
+        "metadata": {"name": name, "namespace": "team-a", "uid": uid, "resourceVersion": "7",
+                     "creationTimestamp": "2024-05-01T09:59:00Z"},
+        "spec": {"queue": "research", "tasks": [
+            {"name": "worker", "replicas": 4, "template": {"spec": {"containers": [
+                {"name": "main", "resources": {"requests": {"cpu": "2", "memory": "4Gi", "nvidia.com/gpu": "1"}}},
+            ]}}},
+        ]},
+        "status": {"state": {"phase": phase, "reason": extra.get("reason", ""), "message": extra.get("message", "")},
+                   "retryCount": extra.get("retries", 0), "conditions": conditions},
+    })
+
+
+def podgroup(phase: str, owner_kind: str = "PyTorchJob", uid: str = "pg-uid") -> PodGroup:
+    owner = [{"kind": owner_kind, "name": "bert-42", "uid": "owner-uid", "controller": True}] if owner_kind else []
+    return parse_podgroup({
+        "metadata": {"name": "bert-42", "namespace": "team-b", "uid": uid, "resourceVersion": "3",
+                     "creationTimestamp": "2024-05-01T09:00:00Z", "ownerReferences": owner},
+        "spec": {"queue": "nlp", "minMember": 2, "minResources": {"cpu": "8", "memory": "32Gi", "amd.com/gpu": "2"}},
+        "status": {"phase": phase, "conditions": [
+            {"type": "Scheduled", "status": "True", "lastTransitionTime": "2024-05-01T09:05:00Z"},
+        ] if phase != "Pending" else []},
+    })
+
+
+def rows(engine: Engine) -> list[JobRun]:
+    with Session(engine) as session:
+        return list(session.scalars(select(JobRun).order_by(JobRun.uid)))
+
+
+def test_job_events_fill_the_run(engine: Engine) -> None:
+    ledger = Ledger()
+    with Session(engine) as session:
+        ledger.on_job("ADDED", job("Pending"), session, NOW)
+        ledger.on_job("MODIFIED", job("Running"), session, NOW + timedelta(minutes=1))
+        ledger.on_job("MODIFIED", job("Failed", reason="PodFailed", message="worker-1 OOMKilled", retries=2),
+                      session, NOW + timedelta(minutes=2))
+        session.commit()
+    [run] = rows(engine)
+    assert (run.uid, run.kind, run.namespace, run.name, run.workload, run.queue) == (
+        "uid-1", "Job", "team-a", "train-7k2p", "train", "research")
+    assert run.created_at == datetime(2024, 5, 1, 9, 59, tzinfo=UTC)
+    assert run.started_at == datetime(2024, 5, 1, 10, 1, tzinfo=UTC)
+    assert run.finished_at == datetime(2024, 5, 1, 11, 0, tzinfo=UTC)
+    assert (run.phase, run.reason, run.message, run.retry_count) == ("Failed", "PodFailed", "worker-1 OOMKilled", 2)
+    assert (run.requested_cpu_cores, run.requested_memory_bytes, run.requested_gpus) == (8.0, 16 * 2**30, 4.0)
+    assert run.updated_at == NOW + timedelta(minutes=2)
+    assert not run.object_deleted
+
+
+def test_replay_after_restart_neither_duplicates_nor_resets(engine: Engine) -> None:
+    events = [("ADDED", job("Running")), ("ADDED", job("Completed", uid="uid-2", name="etl-20240501")),
+              ("MODIFIED", job("Completed"))]
+    with Session(engine) as session:
+        for event_type, obj in events:
+            Ledger().on_job(event_type, obj, session, NOW)
+        session.execute(update(JobRun).values(cpu_core_seconds_used=123.0, cpu_core_seconds_requested=456.0,
+                                              gpu_seconds_used=7.0))
+        session.commit()
+    before = [(r.uid, r.phase, r.started_at, r.finished_at, r.cpu_core_seconds_used) for r in rows(engine)]
+    restarted = Ledger()
+    for _ in range(2):  # the informers relist everything: ADDED again, twice for good measure
+        with Session(engine) as session:
+            restarted.on_job("ADDED", job("Completed"), session, NOW + timedelta(hours=1))
+            restarted.on_job("ADDED", job("Completed", uid="uid-2", name="etl-20240501"), session, NOW)
+            session.commit()
+    after = rows(engine)
+    assert len(after) == 2
+    assert [(r.uid, r.phase, r.started_at, r.finished_at, r.cpu_core_seconds_used) for r in after] == before
+    assert (after[0].cpu_core_seconds_requested, after[0].gpu_seconds_used) == (456.0, 7.0)
+    assert after[1].workload == "etl"
+
+
+def test_deleted_job_keeps_its_row(engine: Engine) -> None:
+    ledger = Ledger()
+    with Session(engine) as session:
+        ledger.on_job("ADDED", job("Completed"), session, NOW)
+        ledger.on_job("DELETED", job("Completed"), session, NOW + timedelta(hours=2))
+        ledger.on_job("ADDED", job("Running", uid="uid-3"), session, NOW)
+        ledger.on_job("DELETED", job("Running", uid="uid-3"), session, NOW + timedelta(hours=3))  # killed running
+        session.commit()
+    done, killed = rows(engine)
+    assert done.object_deleted and done.finished_at == datetime(2024, 5, 1, 11, 0, tzinfo=UTC)
+    assert done.phase == "Completed"
+    assert killed.object_deleted and killed.finished_at == NOW + timedelta(hours=3)
+
+
+def test_kubeflow_run_from_its_podgroup(engine: Engine) -> None:
+    ledger = Ledger()
+    with Session(engine) as session:
+        ledger.on_podgroup("ADDED", podgroup("Pending"), session, NOW)
+        ledger.on_podgroup("MODIFIED", podgroup("Running"), session, NOW + timedelta(minutes=5))
+        ledger.on_podgroup("ADDED", podgroup("Running"), session, NOW + timedelta(hours=1))  # replay
+        ledger.on_podgroup("ADDED", podgroup("Running", owner_kind="Job", uid="vc"), session, NOW)  # Volcano's
+        session.commit()
+    [run] = rows(engine)
+    assert (run.uid, run.kind, run.name, run.namespace, run.queue, run.workload) == (
+        "pg-uid", "PyTorchJob", "bert-42", "team-b", "nlp", "bert")
+    assert run.started_at == datetime(2024, 5, 1, 9, 5, tzinfo=UTC)
+    assert run.finished_at is None and run.phase == "Running"
+    assert (run.requested_cpu_cores, run.requested_gpus) == (8.0, 2.0)
+    with Session(engine) as session:
+        ledger.on_podgroup("DELETED", podgroup("Running"), session, NOW + timedelta(hours=2))
+        ledger.on_podgroup("DELETED", podgroup("Running"), session, NOW + timedelta(hours=3))
+        session.commit()
+    [run] = rows(engine)
+    assert run.object_deleted and run.finished_at == NOW + timedelta(hours=2)
+
+
+def test_hostile_strings_fit_the_columns(engine: Engine) -> None:
+    name = "ü" + "x" * 300
+    with Session(engine) as session:
+        Ledger().on_job("ADDED", job("Failed", name=name, reason="R" * 400, message="m\x00\n\x01" * 2000), session,
+                        NOW)
+        session.commit()
+    [run] = rows(engine)
+    assert run.name == name[:253] and len(run.reason) == 256 and run.message == "m\n\x01" * 2000
+
+
+def test_mark_gone_and_efficiency(engine: Engine) -> None:
+    ledger = Ledger()
+    with Session(engine) as session:
+        ledger.on_job("ADDED", job("Running"), session, NOW)
+        ledger.on_job("ADDED", job("Running", uid="uid-2"), session, NOW)
+        assert ledger.mark_gone(session, {"uid-2"}, NOW + timedelta(hours=1)) == 1
+        session.execute(update(JobRun).where(JobRun.uid == "uid-2").values(
+            cpu_core_seconds_used=30.0, cpu_core_seconds_requested=120.0, memory_byte_seconds_used=5.0,
+            memory_byte_seconds_requested=10.0))
+        session.commit()
+    gone, live = rows(engine)
+    assert gone.object_deleted and gone.finished_at == NOW + timedelta(hours=1)
+    assert not live.object_deleted and live.finished_at is None
+    assert efficiency(live) == {"cpu": 0.25, "memory": 0.5, "gpu": None}
+
+
+def test_retention(engine: Engine) -> None:
+    ledger = Ledger()
+    old, recent = NOW - timedelta(days=200), NOW - timedelta(days=1)
+    with Session(engine) as session:
+        for uid, finished in (("old", old), ("recent", recent), ("running", None)):
+            session.add(JobRun(uid=uid, namespace="a", name=uid, workload=uid, finished_at=finished, updated_at=old))
+        ledger.on_job("ADDED", job("Running", uid="deleted-unfinished"), session, old)
+        session.flush()
+        ledger.mark_gone(session, {"old", "recent", "running"}, old)  # finishes it at `old`
+        for days in (20, 13, 0):
+            session.add(UsageRollup(bucket_start=NOW - timedelta(days=days), bucket_seconds=300, namespace="a",
+                                    pod="p", container="c"))
+        for state, resolved in (("resolved", NOW - timedelta(days=91)), ("resolved", recent), ("firing", None)):
+            session.add(Alert(fingerprint=f"{state}{resolved}", kind="JobFailed", severity="warning", state=state,
+                              details={}, started_at=old, resolved_at=resolved, last_seen_at=old, updated_at=old))
+        session.commit()
+        counts = enforce_retention(session, Retention(), NOW)
+        session.commit()
+        assert counts == {"usage_rollups": 1, "job_runs": 2, "alerts": 1}
+        assert sorted(session.scalars(select(JobRun.uid))) == ["recent", "running"]
+        assert session.scalar(select(func.count()).select_from(UsageRollup)) == 2
+        assert session.scalar(select(func.count()).select_from(Alert)) == 2
+        assert enforce_retention(session, Retention(), NOW) == {"usage_rollups": 0, "job_runs": 0, "alerts": 0}
+
+
+def test_objects_without_uid_are_skipped(engine: Engine) -> None:
+    bad_uid = ""
+    ledger = Ledger()
+    with Session(engine) as session:
+        ledger.on_job("ADDED", job(uid=bad_uid), session, NOW)
+        ledger.on_podgroup("ADDED", podgroup("Running", uid=bad_uid), session, NOW)
+        session.commit()
+    assert ledger.skipped == 2 and rows(engine) == []

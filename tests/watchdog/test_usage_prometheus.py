@@ -1,0 +1,202 @@
+"""PrometheusCollector against a real local HTTP server speaking the Prometheus query API: the
+PromQL it receives (escaping of hostile values included), merging, and every way of failing."""
+
+from __future__ import annotations
+
+import re
+import socket
+import threading
+import urllib.parse
+from collections.abc import Callable, Iterator
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from typing import Any
+
+import orjson
+import pytest
+
+from watchdog.config import PrometheusSource
+from watchdog.usage.prometheus import PrometheusCollector, namespace_matcher, promql_string, regex_literal
+from watchdog.usage.samples import UsageSample
+
+NOW = 1714557600.0
+Answer = Callable[[str], tuple[int, bytes]]
+
+
+class FakePrometheus:
+    """Answers /api/v1/query with `answer(promql)`; records every request."""
+
+    def __init__(self) -> None:
+        self.answer: Answer = lambda q: (200, vector([]))
+        self.requests: list[dict[str, str]] = []
+        fake = self
+
+        class Handler(BaseHTTPRequestHandler):
+            def do_POST(self) -> None:
+                length = int(self.headers.get("Content-Length", 0))
+                form = dict(urllib.parse.parse_qsl(self.rfile.read(length).decode(), keep_blank_values=True))
+                form["path"] = self.path
+                form["authorization"] = self.headers.get("Authorization", "")
+                fake.requests.append(form)
+                status, body = fake.answer(form.get("query", ""))
+                self.send_response(status)
+                self.send_header("Content-Type", "application/json")
+                self.send_header("Content-Length", str(len(body)))
+                self.end_headers()
+                self.wfile.write(body)
+
+            def log_message(self, *args: Any) -> None:
+                pass
+
+        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.url = f"http://127.0.0.1:{self.server.server_address[1]}"
+        threading.Thread(target=self.server.serve_forever, args=(0.02,), daemon=True).start()
+
+    @property
+    def queries(self) -> list[str]:
+        return [r["query"] for r in self.requests]
+
+    def close(self) -> None:
+        self.server.shutdown()
+        self.server.server_close()
+
+
+def vector(series: list[tuple[dict[str, str], str]]) -> bytes:
+    return orjson.dumps({"status": "success", "data": {"resultType": "vector", "result": [
+        {"metric": labels, "value": [NOW, value]} for labels, value in series]}})
+
+
+def labels(pod: str, container: str = "main", namespace: str = "team-a") -> dict[str, str]:
+    return {"namespace": namespace, "pod": pod, "container": container}
+
+
+@pytest.fixture
+def prom() -> Iterator[FakePrometheus]:
+    fake = FakePrometheus()
+    yield fake
+    fake.close()
+
+
+def collector(prom: FakePrometheus, namespaces: tuple[str, ...] = (), **settings: Any) -> PrometheusCollector:
+    return PrometheusCollector(PrometheusSource(url=prom.url + "/", enabled=True, **settings), namespaces)
+
+
+def by_metric(cpu: bytes, memory: bytes, gpu: bytes, gpu_count: bytes) -> Answer:
+    def answer(q: str) -> tuple[int, bytes]:
+        if "container_cpu_usage_seconds_total" in q:
+            return 200, cpu
+        if "container_memory_working_set_bytes" in q:
+            return 200, memory
+        return 200, gpu_count if q.startswith("count") else gpu
+
+    return answer
+
+
+def test_queries_and_merge(prom: FakePrometheus) -> None:
+    prom.answer = by_metric(
+        cpu=vector([(labels("p0"), "1.5"), (labels("p1"), "0.25"), (labels("p2"), "NaN"),
+                    ({"namespace": "team-a", "pod": "p3"}, "1")]),
+        memory=vector([(labels("p0"), "1073741824"), (labels("p1"), "2048"), (labels("p4", "side"), "1e3")]),
+        gpu=vector([(labels("p0"), "37.5")]),
+        gpu_count=vector([(labels("p0"), "2")]),
+    )
+    c = collector(prom, rate_window="2m", bearer_token="s3cret")
+    samples = c.collect(NOW)
+    assert samples == [
+        UsageSample(NOW, "team-a", "p0", "main", 1.5, 2.0**30, 37.5, 2, 120.0),
+        UsageSample(NOW, "team-a", "p1", "main", 0.25, 2048.0, None, 0, 120.0),
+        UsageSample(NOW, "team-a", "p4", "side", None, 1000.0, None, 0, 120.0),
+    ]
+    assert prom.queries == [
+        'sum by (namespace, pod, container) (rate(container_cpu_usage_seconds_total'
+        '{container!="", container!="POD"}[2m]))',
+        'max by (namespace, pod, container) (container_memory_working_set_bytes{container!="", container!="POD"})',
+        'avg by (namespace, pod, container) (DCGM_FI_DEV_GPU_UTIL{pod!=""})',
+        'count by (namespace, pod, container) (DCGM_FI_DEV_GPU_UTIL{pod!=""})',
+    ]
+    assert {r["path"] for r in prom.requests} == {"/api/v1/query"}
+    assert {r["time"] for r in prom.requests} == {f"{NOW:.3f}"}
+    assert {r["authorization"] for r in prom.requests} == {"Bearer s3cret"}
+    assert c.skipped == 2 and c.errors == {"series": 2}
+    assert c.last_success is not None
+
+
+def test_gpu_queries_off(prom: FakePrometheus) -> None:
+    c = collector(prom, gpu=False)
+    assert c.collect(NOW) == []
+    assert len(prom.queries) == 2 and not any("DCGM" in q for q in prom.queries)
+
+
+def unquote(literal: str) -> str:
+    """The value of a PromQL double-quoted string literal (the escapes promql_string writes)."""
+    assert literal[0] == literal[-1] == '"'
+    return re.sub(r'\\(.)', lambda m: {"n": "\n", "r": "\r", "t": "\t"}.get(m[1], m[1]), literal[1:-1])
+
+
+HOSTILE = ['a"b', "c\\d", "e\nf", "g.h|i", 'x"}) or vector(1) # ', "ünï.*"]
+
+
+def test_hostile_namespaces_are_escaped(prom: FakePrometheus) -> None:
+    collector(prom, HOSTILE).collect(NOW)
+    assert len(prom.queries) == 4
+    for query in prom.queries:
+        match = re.search(r'namespace=~("(?:[^"\\]|\\.)*")', query)
+        assert match is not None, query
+        assert query.count("namespace=~") == 1 and "\n" not in query
+        pattern = unquote(match[1])
+        for value in HOSTILE:
+            assert re.fullmatch(pattern, value), (pattern, value)
+        for near_miss in ("gxh|i", "g", "ab", "ünïxyz", "e"):
+            assert not re.fullmatch(pattern, near_miss), (pattern, near_miss)
+
+
+def test_escaping_helpers() -> None:
+    assert promql_string('a"b\\c\nd') == '"a\\"b\\\\c\\nd"'
+    assert unquote(promql_string("".join(HOSTILE))) == "".join(HOSTILE)
+    assert regex_literal("a.b|c(d)") == "a\\.b\\|c\\(d\\)"
+    assert namespace_matcher(["b", "a", "b"]) == 'namespace=~"a|b"'
+    assert namespace_matcher([]) == ""
+
+
+def test_prometheus_down_is_one_error_and_no_samples() -> None:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]  # closed when the block ends: nothing listens there
+    c = PrometheusCollector(PrometheusSource(url=f"http://127.0.0.1:{port}", enabled=True, timeout_seconds=2))
+    assert c.collect(NOW) == []
+    assert c.errors == {"connection": 1}  # the round stops at the first unreachable query
+    assert "127.0.0.1" in c.last_error and c.last_success is None
+
+
+@pytest.mark.parametrize("url", ["http://[not a host", "http://127.0.0.1:99999", "ftp://127.0.0.1/"])
+def test_unusable_url_is_a_connection_error(url: str) -> None:
+    c = PrometheusCollector(PrometheusSource(url=url, enabled=True, timeout_seconds=1))
+    assert c.collect(NOW) == []
+    assert c.errors == {"connection": 1}
+
+
+@pytest.mark.parametrize(("status", "body", "cause"), [
+    (500, b"internal error", "http_500"),
+    (503, orjson.dumps({"status": "error", "errorType": "unavailable", "error": "overloaded"}), "http_503"),
+    (200, b"{not json", "decode"),
+    (200, b'"just a string"', "decode"),
+    (400, orjson.dumps({"status": "error", "errorType": "bad_data", "error": "parse error"}), "query"),
+    (200, orjson.dumps({"status": "success", "data": {"resultType": "matrix", "result": []}}), "decode"),
+    (200, orjson.dumps({"status": "success", "data": {"resultType": "vector", "result": [1, [], None]}}), "series"),
+])
+def test_bad_answers_are_counted(prom: FakePrometheus, status: int, body: bytes, cause: str) -> None:
+    prom.answer = lambda q: (status, body)
+    c = collector(prom)
+    assert c.collect(NOW) == []
+    assert c.errors == {cause: 4 if cause != "series" else 12}
+    assert len(prom.queries) == 4  # an answered request does not stop the round
+    prom.answer = lambda q: (200, vector([(labels("p"), "1")]))
+    assert len(c.collect(NOW)) == 1  # and the next round works
+    assert c.errors[cause] == (4 if cause != "series" else 12)
+
+
+def test_one_failing_query_keeps_the_others(prom: FakePrometheus) -> None:
+    ok = vector([(labels("p"), "2")])
+    prom.answer = lambda q: (422, orjson.dumps({"status": "error", "error": "x"})) if "DCGM" in q else (200, ok)
+    c = collector(prom)
+    assert c.collect(NOW) == [UsageSample(NOW, "team-a", "p", "main", 2.0, 2.0, None, 0, 300.0)]
+    assert c.errors == {"query": 2} and c.last_success is None

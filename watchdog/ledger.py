@@ -1,0 +1,187 @@
+"""The job ledger: one `job_runs` row per run of a job, kept after the Job object is gone, and the
+retention of every time-ordered table.
+
+Why one upsert per event (INSERT ... ON CONFLICT (uid) DO UPDATE): after a restart the informers
+relist everything and replay ADDED for every object; the same event applied twice must give the same
+row, and two writers racing (replicas sharing PostgreSQL) must not create two. The upsert only ever
+sets what the object says (names, queue, times, phase, requests); the resource-seconds that the
+usage recorder accumulates are never part of it, so no event can reset them.
+
+Which runs: a Volcano Job is keyed by its UID. Jobs of other operators on Volcano (Kubeflow
+PyTorchJob/TFJob/MPIJob, Spark) are only visible through the PodGroup they create, so such a run is
+keyed by the PodGroup's UID with kind and name of the group's owner (the same UID the usage
+recorder attributes their pods to). A PodGroup owned by a Volcano Job is that Job's run: skipped.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Collection
+from datetime import UTC, datetime, timedelta
+from functools import cache
+from typing import Any, cast
+
+from sqlalchemy import CursorResult, Table, and_, bindparam, delete, func, literal, or_, select, update
+from sqlalchemy.dialects import postgresql, sqlite
+from sqlalchemy.orm import Session
+
+from exporter.kube.informer import DELETED
+from exporter.model import Job, PodGroup, Resources, res_get
+from watchdog.config import Retention
+from watchdog.db.models import Alert, JobRun, UsageRollup
+from watchdog.workload import workload_name
+
+log = logging.getLogger(__name__)
+
+JOB_RUNS = cast(Table, JobRun.__table__)
+_CHUNK = 500
+VOLCANO_JOB_KIND = "Job"
+# Columns the ledger owns; the *_seconds_* integrals belong to the usage recorder.
+_METADATA = ("kind", "namespace", "name", "workload", "queue", "created_at", "phase", "reason", "message",
+             "retry_count", "requested_cpu_cores", "requested_memory_bytes", "requested_gpus", "updated_at")
+
+
+def _time(epoch: float | None) -> datetime | None:
+    return None if epoch is None else datetime.fromtimestamp(epoch, UTC)
+
+
+def _gpus(resources: Resources) -> float:
+    """GPUs of any vendor (`nvidia.com/gpu`, `amd.com/gpu`, ...)."""
+    return sum(amount for name, amount in resources if name.endswith("/gpu"))
+
+
+def efficiency(run: JobRun) -> dict[str, float | None]:
+    """Used / requested resource-seconds per resource (None when nothing was requested)."""
+
+    def ratio(used: float, requested: float) -> float | None:
+        return used / requested if requested > 0 else None
+
+    return {
+        "cpu": ratio(run.cpu_core_seconds_used, run.cpu_core_seconds_requested),
+        "memory": ratio(run.memory_byte_seconds_used, run.memory_byte_seconds_requested),
+        "gpu": ratio(run.gpu_seconds_used, run.gpu_seconds_requested),
+    }
+
+
+@cache
+def _upsert_statement(dialect: str, keep_times: bool, deleted: bool) -> Any:
+    """INSERT ... ON CONFLICT (uid) DO UPDATE of the ledger's own columns, built once per variant
+    (building one costs milliseconds; a relist replays thousands of jobs)."""
+    insert = (postgresql.insert if dialect == "postgresql" else sqlite.insert)(JOB_RUNS)
+    ex, c = insert.excluded, JOB_RUNS.c
+    started = bindparam("p_started", type_=c.started_at.type)
+    finished = bindparam("p_finished", type_=c.finished_at.type)
+    set_: dict[str, Any] = {name: ex[name] for name in _METADATA}
+    if keep_times:
+        set_["started_at"] = func.coalesce(c.started_at, started)
+        set_["finished_at"] = func.coalesce(c.finished_at, finished)
+    else:
+        set_["started_at"] = started
+        set_["finished_at"] = finished
+    if deleted:
+        set_["finished_at"] = func.coalesce(set_["finished_at"], c.finished_at,
+                                            bindparam("p_now", type_=c.finished_at.type))
+        set_["object_deleted"] = True
+    return insert.on_conflict_do_update(index_elements=[c.uid], set_=set_)
+
+
+class Ledger:
+    def __init__(self) -> None:
+        self.skipped = 0  # events of objects without a UID (malformed)
+        self.upserts = 0
+
+    def on_job(self, event_type: str, job: Job, session: Session, now: datetime) -> None:
+        """Record a Volcano Job's state; on DELETED the row stays, marked object_deleted."""
+        if not job.uid:
+            self.skipped += 1
+            log.warning("job %s/%s without a uid: not recorded in the ledger", job.namespace, job.name)
+            return
+        self._upsert(session, {
+            "uid": job.uid, "kind": VOLCANO_JOB_KIND, "namespace": job.namespace, "name": job.name,
+            "workload": workload_name(job.name), "queue": job.queue,
+            "created_at": _time(job.creation_timestamp), "started_at": _time(job.start_time),
+            "finished_at": _time(job.finish_time), "phase": job.phase, "reason": job.reason,
+            "message": job.message, "retry_count": job.retry_count,
+            "requested_cpu_cores": res_get(job.requests, "cpu"),
+            "requested_memory_bytes": res_get(job.requests, "memory"),
+            "requested_gpus": _gpus(job.requests),
+        }, now, deleted=event_type == DELETED, keep_times=False)
+
+    def on_podgroup(self, event_type: str, group: PodGroup, session: Session, now: datetime) -> None:
+        """Record a run of a non-Volcano job (Kubeflow, Spark, ...) from the PodGroup it created."""
+        if group.owner_kind == VOLCANO_JOB_KIND:
+            return  # a Volcano Job's group: on_job records that run
+        if not group.uid:
+            self.skipped += 1
+            log.warning("podgroup %s/%s without a uid: not recorded in the ledger", group.namespace, group.name)
+            return
+        started: datetime | None = None
+        if group.phase in ("Running", "Completed"):
+            scheduled = [c.last_transition_time for c in group.conditions
+                         if c.type == "Scheduled" and c.status == "True" and c.last_transition_time is not None]
+            started = _time(max(scheduled)) if scheduled else now
+        name = group.owner_name or group.name
+        self._upsert(session, {
+            "uid": group.uid, "kind": group.owner_kind or "PodGroup", "namespace": group.namespace, "name": name,
+            "workload": workload_name(name), "queue": group.queue,
+            "created_at": _time(group.creation_timestamp), "started_at": started,
+            "finished_at": now if group.phase == "Completed" else None, "phase": group.phase,
+            "reason": "", "message": "", "retry_count": 0,
+            "requested_cpu_cores": res_get(group.min_resources, "cpu"),
+            "requested_memory_bytes": res_get(group.min_resources, "memory"),
+            "requested_gpus": _gpus(group.min_resources),
+        }, now, deleted=event_type == DELETED, keep_times=True)
+
+    def _upsert(self, session: Session, values: dict[str, Any], now: datetime, *, deleted: bool,
+                keep_times: bool) -> None:
+        """Insert or update by uid. `keep_times`: a start/finish already recorded wins (a PodGroup
+        says only "running now", not since when); else the object's own times are mirrored.
+        Deleted: the run is over; a missing finish becomes `now`."""
+        for key, limit in (("uid", 64), ("kind", 64), ("namespace", 253), ("name", 253), ("workload", 253),
+                           ("queue", 253), ("phase", 32), ("reason", 256), ("message", 100_000)):
+            values[key] = values[key].replace("\x00", "")[:limit]  # PostgreSQL refuses NUL in text
+        values.update(updated_at=now, object_deleted=deleted, p_started=values["started_at"],
+                      p_finished=values["finished_at"], p_now=now)
+        if deleted:
+            values["finished_at"] = values["finished_at"] or now
+        session.execute(_upsert_statement(session.get_bind().dialect.name, keep_times, deleted), values)
+        self.upserts += 1
+    def mark_gone(self, session: Session, live_uids: Collection[str], now: datetime) -> int:
+        """After the informers' first full sync: rows of runs whose object no longer exists (deleted
+        while the watchdog was down, so no DELETED event came) are marked deleted and finished."""
+        c = JOB_RUNS.c
+        live = set(live_uids)
+        candidates = list(session.scalars(select(c.uid).where(c.object_deleted.is_(False))))
+        gone = [uid for uid in candidates if uid not in live]
+        for i in range(0, len(gone), _CHUNK):
+            session.execute(
+                update(JOB_RUNS).where(c.uid.in_(gone[i:i + _CHUNK])).values(
+                    object_deleted=True, updated_at=now,
+                    finished_at=func.coalesce(c.finished_at, literal(now, type_=c.finished_at.type)),
+                )
+            )
+        return len(gone)
+
+
+def _deleted(session: Session, statement: Any) -> int:
+    result = cast(CursorResult[Any], session.execute(statement))
+    return max(result.rowcount, 0)
+
+
+def enforce_retention(session: Session, settings: Retention, now: datetime) -> dict[str, int]:
+    """Delete what is older than configured: usage rollups by bucket start, ledger rows by finish
+    (a run deleted unfinished counts from its last update), resolved alerts by resolution."""
+    usage_cutoff = now - timedelta(days=settings.usage_days)
+    jobs_cutoff = now - timedelta(days=settings.jobs_days)
+    alerts_cutoff = now - timedelta(days=settings.alerts_days)
+    counts = {
+        "usage_rollups": _deleted(session, delete(UsageRollup).where(UsageRollup.bucket_start < usage_cutoff)),
+        "job_runs": _deleted(session, delete(JobRun).where(or_(
+            JobRun.finished_at < jobs_cutoff,
+            and_(JobRun.finished_at.is_(None), JobRun.object_deleted.is_(True), JobRun.updated_at < jobs_cutoff),
+        ))),
+        "alerts": _deleted(session, delete(Alert).where(Alert.state == "resolved", Alert.resolved_at < alerts_cutoff)),
+    }
+    if any(counts.values()):
+        log.info("retention removed %s", ", ".join(f"{n} {table}" for table, n in counts.items()))
+    return counts

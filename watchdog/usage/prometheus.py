@@ -1,0 +1,209 @@
+"""Usage from Prometheus: cAdvisor CPU and working-set memory and DCGM GPU utilisation, as instant
+queries, merged into one `UsageSample` per container.
+
+Why each query is its own small class (in the manner of krr): the PromQL and the way its result is
+read stay together, and a test can check one without the others.
+
+Why escaping matters: namespace names come from configuration and label values from the cluster;
+either put into PromQL unescaped could break the query or change what it selects. `promql_string`
+makes any text a PromQL string literal, `regex_literal` makes it match itself inside `=~`.
+
+Why `collect()` never raises: Prometheus down, answering 500, garbage or `status: error` is counted
+in `errors` and logged once per streak, and the round gives what the other queries returned (nothing
+when Prometheus cannot be reached at all), so the poll loop carries on.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+import time
+from collections import Counter
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import httpx
+import orjson
+
+from watchdog.config import PrometheusSource
+from watchdog.usage.samples import UsageSample
+
+log = logging.getLogger(__name__)
+
+_STRING_ESCAPES = {"\\": "\\\\", '"': '\\"', "\n": "\\n", "\r": "\\r", "\t": "\\t"}
+_REGEX_SPECIALS = frozenset("\\.+*?()|[]{}^$")
+_WINDOW_UNITS = {"s": 1.0, "m": 60.0, "h": 3600.0, "d": 86400.0}
+CONTAINER_MATCHERS = 'container!="", container!="POD"'
+
+Key = tuple[str, str, str]  # namespace, pod, container
+
+
+def promql_string(value: str) -> str:
+    """`value` as a double-quoted PromQL string literal (backslash, quote and newlines escaped)."""
+    return '"' + "".join(_STRING_ESCAPES.get(ch, ch) for ch in value) + '"'
+
+
+def regex_literal(value: str) -> str:
+    """An RE2 pattern matching exactly `value` (its metacharacters backslash-escaped)."""
+    return "".join("\\" + ch if ch in _REGEX_SPECIALS else ch for ch in value)
+
+
+def namespace_matcher(namespaces: Sequence[str]) -> str:
+    """`namespace=~"a|b"` for the given namespaces ("" for all)."""
+    if not namespaces:
+        return ""
+    return "namespace=~" + promql_string("|".join(regex_literal(ns) for ns in sorted(set(namespaces))))
+
+
+def _selector(*matchers: str) -> str:
+    return "{" + ", ".join(m for m in matchers if m) + "}"
+
+
+class QueryError(Exception):
+    """A query that Prometheus did not answer usefully; `cause` is the `errors` key to count."""
+
+    def __init__(self, cause: str, message: str) -> None:
+        super().__init__(message)
+        self.cause = cause
+
+
+@dataclass(frozen=True, slots=True)
+class Query:
+    """One instant query whose result is a vector by namespace, pod and container."""
+
+    name: str
+    promql: str
+
+    def read(self, data: Any) -> tuple[dict[Key, float], int]:
+        """(value per container, count of malformed or non-finite series skipped)."""
+        if not isinstance(data, dict) or data.get("resultType") != "vector" or not isinstance(data.get("result"), list):
+            raise QueryError("decode", f"{self.name}: expected a vector result")
+        values: dict[Key, float] = {}
+        skipped = 0
+        for series in data["result"]:
+            try:
+                labels, (_, raw) = series["metric"], series["value"]
+                key = (labels["namespace"], labels["pod"], labels["container"])
+                value = float(raw)
+            except (KeyError, TypeError, ValueError):
+                skipped += 1
+                continue
+            if not all(isinstance(part, str) and part for part in key) or not math.isfinite(value) or value < 0:
+                skipped += 1
+                continue
+            values[key] = value
+        return values, skipped
+
+
+def cpu_query(rate_window: str, namespaces: Sequence[str] = ()) -> Query:
+    selector = _selector(CONTAINER_MATCHERS, namespace_matcher(namespaces))
+    return Query("cpu", "sum by (namespace, pod, container) "
+                        f"(rate(container_cpu_usage_seconds_total{selector}[{rate_window}]))")
+
+
+def memory_query(namespaces: Sequence[str] = ()) -> Query:
+    # max: a container can have more than one cgroup series (e.g. after a restart); they do not add up.
+    selector = _selector(CONTAINER_MATCHERS, namespace_matcher(namespaces))
+    return Query("memory", f"max by (namespace, pod, container) (container_memory_working_set_bytes{selector})")
+
+
+def gpu_util_query(namespaces: Sequence[str] = ()) -> Query:
+    selector = _selector('pod!=""', namespace_matcher(namespaces))
+    return Query("gpu_util", f"avg by (namespace, pod, container) (DCGM_FI_DEV_GPU_UTIL{selector})")
+
+
+def gpu_count_query(namespaces: Sequence[str] = ()) -> Query:
+    selector = _selector('pod!=""', namespace_matcher(namespaces))
+    return Query("gpu_count", f"count by (namespace, pod, container) (DCGM_FI_DEV_GPU_UTIL{selector})")
+
+
+class PrometheusCollector:
+    def __init__(self, settings: PrometheusSource, namespaces: Sequence[str] = (),
+                 client: httpx.Client | None = None, *, clock: Callable[[], float] = time.time) -> None:
+        self.settings = settings
+        self.namespaces = tuple(namespaces)
+        self.url = settings.url.rstrip("/") + "/api/v1/query"
+        headers = {"Accept": "application/json"}
+        if settings.bearer_token is not None:
+            headers["Authorization"] = f"Bearer {settings.bearer_token.get_secret_value()}"
+        self.headers = headers
+        self.client = client if client is not None else httpx.Client(timeout=settings.timeout_seconds)
+        self.clock = clock
+        self.queries = [cpu_query(settings.rate_window, namespaces), memory_query(namespaces)]
+        if settings.gpu:
+            self.queries += [gpu_util_query(namespaces), gpu_count_query(namespaces)]
+        # Health, read by the watchdog's self-metrics.
+        self.errors: Counter[str] = Counter()
+        self.skipped = 0  # series dropped because they were malformed
+        self.last_success: float | None = None
+        self.last_error = ""
+        self._failing = 0
+
+    def close(self) -> None:
+        self.client.close()
+
+    def query(self, promql: str, at: float) -> Any:
+        """One instant query; the `data` of a successful answer, else QueryError."""
+        try:
+            response = self.client.post(self.url, data={"query": promql, "time": f"{at:.3f}"},
+                                        headers=self.headers, timeout=self.settings.timeout_seconds)
+        except (httpx.HTTPError, httpx.InvalidURL) as exc:
+            raise QueryError("connection", f"cannot reach Prometheus at {self.url}: {exc!r}") from exc
+        try:
+            body = orjson.loads(response.content)
+        except orjson.JSONDecodeError:
+            body = None
+        if not isinstance(body, dict):
+            cause = "decode" if response.status_code < 300 else f"http_{response.status_code}"
+            raise QueryError(cause, f"HTTP {response.status_code} from Prometheus, not a JSON object")
+        if body.get("status") != "success":
+            cause = "query" if response.status_code < 500 else f"http_{response.status_code}"
+            raise QueryError(cause, f"Prometheus answered {response.status_code} {body.get('errorType', '')}: "
+                                    f"{str(body.get('error', ''))[:300]}")
+        return body.get("data")
+
+    def collect(self, now: float) -> list[UsageSample]:
+        """One round of instant queries at `now`, merged per container."""
+        results: dict[str, dict[Key, float]] = {}
+        failures: list[str] = []
+        for q in self.queries:
+            try:
+                values, skipped = q.read(self.query(q.promql, now))
+            except QueryError as exc:
+                self.errors[exc.cause] += 1
+                failures.append(f"{q.name}: {exc}")
+                if exc.cause == "connection":
+                    break  # unreachable: the other queries would only wait for their timeouts too
+                continue
+            self.skipped += skipped
+            if skipped:
+                self.errors["series"] += skipped
+            results[q.name] = values
+        self._report(failures)
+        return self._merge(results, now)
+
+    def _report(self, failures: list[str]) -> None:
+        if failures:
+            self.last_error = failures[0]
+            self._failing += 1
+            if self._failing in (1, 10) or self._failing % 100 == 0:
+                log.warning("Prometheus query round failed (%d in a row): %s", self._failing, "; ".join(failures))
+            return
+        if self._failing:
+            log.info("Prometheus queries work again after %d failed rounds", self._failing)
+        self._failing = 0
+        self.last_success = self.clock()
+
+    def _merge(self, results: dict[str, dict[Key, float]], now: float) -> list[UsageSample]:
+        window = _WINDOW_UNITS[self.settings.rate_window[-1]] * float(self.settings.rate_window[:-1])
+        cpu = results.get("cpu", {})
+        memory = results.get("memory", {})
+        gpu = results.get("gpu_util", {})
+        gpus = results.get("gpu_count", {})
+        keys = set(cpu) | set(memory) | set(gpu)
+        return [
+            UsageSample(now, key[0], key[1], key[2], cpu.get(key), memory.get(key), gpu.get(key),
+                        int(gpus.get(key, 0)) if key in gpu else 0, window)
+            for key in sorted(keys)
+        ]
