@@ -1,0 +1,15 @@
+"""Detectors (DESIGN §5): event-driven ones take informer events and return `Signal`s at once;
+periodic ones keep a little state from events (or read the database) and report, each round, every
+condition that holds. `watchdog.alerts.AlertBook` turns signals into stored alert episodes.
+
+Detectors are not thread-safe: feed them and call `check()` from one thread (events from the
+informers' threads are handed to that thread), as with every database write."""
+
+from watchdog.detectors.base import ONCE_PER_RUN_KINDS, Signal, fingerprint
+from watchdog.detectors.failure import FailureDetector
+from watchdog.detectors.gang import GangDetector
+from watchdog.detectors.queue import QueueDetector
+from watchdog.detectors.waste import WasteDetector
+
+__all__ = ["ONCE_PER_RUN_KINDS", "FailureDetector", "GangDetector", "QueueDetector", "Signal", "WasteDetector",
+           "fingerprint"]

@@ -1,0 +1,240 @@
+"""Waste detectors (periodic, read the database the usage recorder and the job ledger fill):
+
+JobIdle — a running job whose containers used, over the last `idle_window_seconds`, less than
+`idle_cpu_ratio` of the CPU they requested (resource "cpu"), or whose GPUs averaged less than
+`idle_gpu_util_percent` utilisation (resource "gpu", only jobs that requested GPUs). Usage is
+sample-weighted over the job's usage_rollups rows: used = sum(cpu_cores_sum) / samples, requested =
+sum(cpu_request_cores x samples) / samples. A new alert needs evidence for the whole window: rollup
+buckets from the window's start to now covering at least `MIN_COVERAGE` of it (the pods ran through
+the window). An open alert only needs to stay below the threshold on whatever samples the window
+holds, and survives a window without samples (the collector or the watchdog was down) as long as the
+ledger says the job has not finished — so a gap in collection does not resolve and re-fire it. The
+open alerts are read from the alerts table, so this holds across restarts too.
+
+OverRequested — a finished run (job_runs) that ran at least `over_requested_min_seconds` and used less
+than `over_requested_ratio` of its requested CPU core-seconds or memory byte-seconds. Once per run:
+reported while the run finished less than `report_seconds` ago (then the alert resolves quietly as
+the round stops reporting it), never again for the same run (see ONCE_PER_RUN_KINDS). Runs finished
+less than `settle_seconds` ago are left for later, so the ledger's last usage flush is in.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, replace
+from datetime import datetime, timedelta
+from typing import Any
+
+from sqlalchemy import and_, case, distinct, func, or_, select
+from sqlalchemy.orm import Session
+
+from watchdog.config import Detectors
+from watchdog.db.models import Alert, JobRun, UsageRollup
+from watchdog.detectors.base import JOB_IDLE, OVER_REQUESTED, Signal, fingerprint
+
+__all__ = ["MIN_COVERAGE", "WasteDetector"]
+
+MIN_COVERAGE = 0.8  # share of the idle window that rollup buckets must cover before JobIdle opens
+CHUNK = 500  # uids per IN (...) query
+
+
+@dataclass
+class _Usage:
+    uid: str
+    namespace: str
+    queue: str
+    workload: str
+    first: datetime
+    last: datetime
+    bucket_seconds: float
+    buckets: int
+    gpu_buckets: int
+    samples: int
+    cpu_used: float  # sum of cores over samples
+    cpu_requested: float  # sum of requested cores over samples
+    gpu_samples: int
+    gpu_util: float  # sum of percent over GPU samples
+    gpu_request: float
+
+
+def _chunks(values: Sequence[str]) -> Iterable[Sequence[str]]:
+    for i in range(0, len(values), CHUNK):
+        yield values[i:i + CHUNK]
+
+
+class WasteDetector:
+    KINDS = frozenset({JOB_IDLE, OVER_REQUESTED})
+
+    def __init__(self, settings: Detectors, settle_seconds: float = 120.0, report_seconds: float = 86400.0) -> None:
+        self.settings = settings
+        self.settle_seconds = settle_seconds
+        self.report_seconds = report_seconds
+
+    def check(self, session: Session, now: datetime) -> list[Signal]:
+        return self._idle(session, now) + self._over_requested(session, now)
+
+    # ---- JobIdle -------------------------------------------------------------------------------------
+
+    def _usage(self, session: Session, start: datetime, now: datetime) -> dict[str, _Usage]:
+        r = UsageRollup
+        query = (
+            select(r.job_uid, func.min(r.namespace), func.min(r.queue), func.min(r.workload),
+                   func.min(r.bucket_start), func.max(r.bucket_start), func.max(r.bucket_seconds),
+                   func.count(distinct(r.bucket_start)),
+                   func.count(distinct(case((r.gpu_samples > 0, r.bucket_start)))),
+                   func.sum(r.samples), func.sum(r.cpu_cores_sum), func.sum(r.cpu_request_cores * r.samples),
+                   func.sum(r.gpu_samples), func.sum(r.gpu_util_sum), func.max(r.gpu_request))
+            .where(r.bucket_start >= start, r.bucket_start <= now, r.job_uid != "")
+            .group_by(r.job_uid)
+        )
+        out: dict[str, _Usage] = {}
+        for row in session.execute(query):
+            out[row[0]] = _Usage(
+                uid=row[0], namespace=row[1] or "", queue=row[2] or "", workload=row[3] or "", first=row[4],
+                last=row[5], bucket_seconds=float(row[6] or 0), buckets=int(row[7] or 0),
+                gpu_buckets=int(row[8] or 0), samples=int(row[9] or 0), cpu_used=float(row[10] or 0),
+                cpu_requested=float(row[11] or 0), gpu_samples=int(row[12] or 0), gpu_util=float(row[13] or 0),
+                gpu_request=float(row[14] or 0))
+        return out
+
+    def _idle(self, session: Session, now: datetime) -> list[Signal]:
+        window = self.settings.idle_window_seconds
+        start = now - timedelta(seconds=window)
+        usage = self._usage(session, start, now)
+        open_alerts: dict[tuple[str, str], Alert] = {}
+        for alert in session.scalars(select(Alert).where(Alert.kind == JOB_IDLE, Alert.state != "resolved")):
+            details = alert.details if isinstance(alert.details, dict) else {}
+            if details.get("job_uid"):
+                open_alerts[(str(details["job_uid"]), str(details.get("resource", "")))] = alert
+        candidates: list[tuple[str, str, float, float]] = []  # (uid, resource, value, threshold)
+        for uid, u in usage.items():
+            for resource in ("cpu", "gpu"):
+                measured = self._measure(u, resource)
+                if measured is None:
+                    continue
+                value, threshold, buckets = measured
+                is_open = (uid, resource) in open_alerts
+                if value < threshold and (is_open or self._covers(u, buckets, start, now)):
+                    candidates.append((uid, resource, value, threshold))
+        carried = [key for key in open_alerts if key[0] not in usage]  # open, but no samples in the window
+        runs = self._runs(session, [c[0] for c in candidates] + [k[0] for k in carried])
+        signals = []
+        for uid, resource, value, threshold in candidates:
+            run = runs.get(uid)
+            if run is not None and (run.finished_at is not None or run.object_deleted):
+                continue
+            signal = self._idle_signal(uid, resource, value, threshold, usage[uid], run)
+            old = open_alerts.get((uid, resource))
+            if old is not None and old.fingerprint != signal.fingerprint:  # e.g. the ledger row came later
+                signal = replace(signal, fingerprint=old.fingerprint)
+            signals.append(signal)
+        for key in carried:
+            run = runs.get(key[0])
+            if run is None or run.finished_at is not None or run.object_deleted:
+                continue  # finished or unknown: let it resolve
+            old = open_alerts[key]
+            signals.append(Signal(
+                kind=JOB_IDLE, fingerprint=old.fingerprint, active=True, severity=old.severity,
+                namespace=old.namespace, queue=old.queue, job_name=old.job_name, subject=old.subject,
+                summary=old.summary, details=dict(old.details),
+            ))
+        return signals
+
+    def _measure(self, u: _Usage, resource: str) -> tuple[float, float, int] | None:
+        """(measured value, threshold, buckets with data) or None when the job has nothing to measure."""
+        if resource == "cpu":
+            if u.samples <= 0 or u.cpu_requested <= 0:
+                return None
+            return u.cpu_used / u.cpu_requested, self.settings.idle_cpu_ratio, u.buckets
+        if u.gpu_request <= 0 or u.gpu_samples <= 0:
+            return None
+        return u.gpu_util / u.gpu_samples, self.settings.idle_gpu_util_percent, u.gpu_buckets
+
+    def _covers(self, u: _Usage, buckets: int, start: datetime, now: datetime) -> bool:
+        """The job's pods ran through the whole window: data from its start, fresh data, few holes."""
+        width = max(u.bucket_seconds, 1.0)
+        window = self.settings.idle_window_seconds
+        fresh = u.last >= now - timedelta(seconds=3 * width + 60)
+        from_start = u.first <= start + timedelta(seconds=width)
+        expected = max(window / width, 1.0)
+        return fresh and from_start and buckets >= MIN_COVERAGE * expected - 1
+
+    @staticmethod
+    def _runs(session: Session, uids: list[str]) -> dict[str, JobRun]:
+        found: dict[str, JobRun] = {}
+        unique = sorted(set(uids))
+        for chunk in _chunks(unique):
+            for run in session.scalars(select(JobRun).where(JobRun.uid.in_(chunk))):
+                found[run.uid] = run
+        return found
+
+    def _idle_signal(self, uid: str, resource: str, value: float, threshold: float, u: _Usage,
+                     run: JobRun | None) -> Signal:
+        name = run.name if run is not None else ""
+        namespace = run.namespace if run is not None else u.namespace
+        queue = (run.queue if run is not None else "") or u.queue
+        who = f"{namespace}/{name or u.workload}"
+        if resource == "cpu":
+            requested = u.cpu_requested / max(u.samples, 1)
+            text = (f"Job {who} used {value:.1%} of its {requested:g}-core CPU request over the last "
+                    f"{self.settings.idle_window_seconds / 60:g} min")
+            measured: dict[str, Any] = {"cpu_used_ratio": round(value, 4), "cpu_requested_cores": requested,
+                                        "cpu_used_cores": u.cpu_used / max(u.samples, 1)}
+        else:
+            text = (f"Job {who}: its {u.gpu_request:g} GPU(s) per container averaged {value:.1f}% utilisation "
+                    f"over the last {self.settings.idle_window_seconds / 60:g} min")
+            measured = {"gpu_util_percent": round(value, 2), "gpus_per_container": u.gpu_request}
+        return Signal(
+            kind=JOB_IDLE, fingerprint=fingerprint(JOB_IDLE, namespace, name or u.workload, uid, resource),
+            active=True, severity="warning", namespace=namespace, queue=queue, job_name=name,
+            subject=name or u.workload, summary=text,
+            details={"job_uid": uid, "resource": resource, "threshold": threshold, "workload": u.workload,
+                     "window_seconds": self.settings.idle_window_seconds, **measured},
+        )
+
+    # ---- OverRequested -------------------------------------------------------------------------------
+
+    def _over_requested(self, session: Session, now: datetime) -> list[Signal]:
+        ratio = self.settings.over_requested_ratio
+        j = JobRun
+        query = select(j).where(
+            j.finished_at >= now - timedelta(seconds=self.report_seconds),
+            j.finished_at <= now - timedelta(seconds=self.settle_seconds),
+            j.started_at.is_not(None),
+            or_(and_(j.cpu_core_seconds_requested > 0, j.cpu_core_seconds_used > 0,
+                     j.cpu_core_seconds_used < ratio * j.cpu_core_seconds_requested),
+                and_(j.memory_byte_seconds_requested > 0, j.memory_byte_seconds_used > 0,
+                     j.memory_byte_seconds_used < ratio * j.memory_byte_seconds_requested)),
+        )
+        signals = []
+        for run in session.scalars(query):
+            if run.started_at is None or run.finished_at is None:
+                continue
+            ran = (run.finished_at - run.started_at).total_seconds()
+            if ran < self.settings.over_requested_min_seconds:
+                continue
+            signals.append(self._over_signal(run, ran, ratio))
+        return signals
+
+    @staticmethod
+    def _over_signal(run: JobRun, ran: float, ratio: float) -> Signal:
+        used: dict[str, float] = {}
+        if run.cpu_core_seconds_requested > 0 and run.cpu_core_seconds_used > 0:
+            used["cpu"] = run.cpu_core_seconds_used / run.cpu_core_seconds_requested
+        if run.memory_byte_seconds_requested > 0 and run.memory_byte_seconds_used > 0:
+            used["memory"] = run.memory_byte_seconds_used / run.memory_byte_seconds_requested
+        if run.gpu_seconds_requested > 0:
+            used["gpu"] = run.gpu_seconds_used / run.gpu_seconds_requested
+        low = {k: v for k, v in used.items() if k != "gpu" and v < ratio}
+        worst = min(low.values()) if low else ratio
+        parts = ", ".join(f"{k} {v:.0%}" for k, v in sorted(low.items()))
+        return Signal(
+            kind=OVER_REQUESTED, fingerprint=fingerprint(OVER_REQUESTED, run.namespace, run.name, run.uid),
+            active=True, severity="warning" if worst < ratio / 2 else "info", namespace=run.namespace,
+            queue=run.queue, job_name=run.name, subject=run.name,
+            summary=f"Job {run.namespace}/{run.name} used {parts} of what it requested over {ran / 60:.0f} min",
+            details={"job_uid": run.uid, "workload": run.workload, "phase": run.phase, "run_seconds": ran,
+                     "used_ratio": {k: round(v, 4) for k, v in used.items()},
+                     "requested": {"cpu_cores": run.requested_cpu_cores, "memory_bytes": run.requested_memory_bytes,
+                                   "gpus": run.requested_gpus}},
+        )
