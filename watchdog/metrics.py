@@ -1,0 +1,215 @@
+"""`volcano_watchdog_*` on the watchdog's /metrics: alerts, recommendations, job efficiency, waste per
+queue, collector health, readiness. Text format 0.0.4, written with the exporter's `Family`, which
+escapes label values and refuses the `job`/`instance` labels Prometheus owns.
+
+Everything from the database is aggregated in SQL (a GROUP BY for alerts and waste, one indexed range
+scan of the last day's finished runs for efficiency), so a scrape costs little however long the
+history. When the database cannot be read, the health families are still served and
+`volcano_watchdog_database_up` says 0.
+
+There is no counter of resolved alerts: retention deletes old resolved rows, so a count of them would
+go down, which a counter must never do.
+"""
+
+from __future__ import annotations
+
+import logging
+import platform
+import threading
+import time
+from datetime import datetime, timedelta
+from typing import TYPE_CHECKING
+
+from sqlalchemy import ColumnElement, case, func, select
+from sqlalchemy.exc import SQLAlchemyError
+from sqlalchemy.orm import InstrumentedAttribute, Session
+
+from exporter.families.base import COUNTER, Family
+from exporter.selfmetrics import version
+from watchdog import recommend
+from watchdog.db.models import Alert, JobRun
+
+if TYPE_CHECKING:
+    from watchdog.api import Health
+    from watchdog.config import Recommendations
+    from watchdog.recommend import Recommendation
+
+log = logging.getLogger(__name__)
+
+CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
+EFFICIENCY_WINDOW = timedelta(hours=24)
+UNRESOLVED = ("pending", "firing")
+WORKLOAD = ("namespace", "workload", "task", "container")
+C = ("collector",)
+
+ALERTS = Family("volcano_watchdog_alerts", "Unresolved alerts (pending or firing) by kind, severity and state.",
+                ("kind", "severity", "state"))
+REC_CPU = Family("volcano_watchdog_recommendation_cpu_cores",
+                 "Recommended CPU request in cores (bound: target, lower, upper).", (*WORKLOAD, "bound"))
+REC_MEMORY = Family("volcano_watchdog_recommendation_memory_bytes",
+                    "Recommended memory request in bytes (bound: target, lower, upper).", (*WORKLOAD, "bound"))
+REC_CONFIDENCE = Family("volcano_watchdog_recommendation_confidence",
+                        "Confidence of the recommendation, 0..1, growing with the length of the history.", WORKLOAD)
+JOB_EFFICIENCY = Family("volcano_watchdog_job_efficiency_ratio",
+                        "Used / requested resource-seconds of job runs finished in the last 24 h (the latest run "
+                        "per job name; absent when nothing of the resource was requested).",
+                        ("namespace", "job_name", "queue", "resource"))
+WASTED_CORE = Family("volcano_watchdog_queue_wasted_core_seconds",
+                     "Requested minus used CPU core-seconds of the queue's runs finished in the last 24 h "
+                     "(runs that used more than they requested count 0).", ("queue",))
+WASTED_MEMORY = Family("volcano_watchdog_queue_wasted_memory_byte_seconds",
+                       "Requested minus used memory byte-seconds of the queue's runs finished in the last 24 h.",
+                       ("queue",))
+WASTED_GPU = Family("volcano_watchdog_queue_wasted_gpu_seconds",
+                    "Requested minus used GPU-seconds (utilisation-weighted) of the queue's runs finished in the "
+                    "last 24 h.", ("queue",))
+COLLECTOR_ENABLED = Family("volcano_watchdog_collector_enabled", "1 when the usage collector is configured on.", C)
+COLLECTOR_UP = Family("volcano_watchdog_collector_up",
+                      "1 when the enabled collector has succeeded (within 3 intervals, when its interval is known).",
+                      C)
+COLLECTOR_LAST_SUCCESS = Family("volcano_watchdog_collector_last_success_timestamp_seconds",
+                                "Unix time of the collector's last successful round.", C)
+COLLECTOR_ERRORS = Family("volcano_watchdog_collector_errors_total", "Failed collection rounds or responses.", C,
+                          COUNTER)
+COLLECTOR_SAMPLES = Family("volcano_watchdog_collector_samples_total", "Usage samples collected.", C, COUNTER)
+DATABASE_UP = Family("volcano_watchdog_database_up", "1 when this scrape could read the database.", ())
+READY = Family("volcano_watchdog_ready", "1 when the watchdog is ready (caches synced, database migrated).", ())
+BUILD_INFO = Family("volcano_watchdog_build_info", "Version of the watchdog (1).", ("version", "python_version"))
+
+FAMILIES = (ALERTS, REC_CPU, REC_MEMORY, REC_CONFIDENCE, JOB_EFFICIENCY, WASTED_CORE, WASTED_MEMORY, WASTED_GPU,
+            COLLECTOR_ENABLED, COLLECTOR_UP, COLLECTOR_LAST_SUCCESS, COLLECTOR_ERRORS, COLLECTOR_SAMPLES,
+            DATABASE_UP, READY, BUILD_INFO)
+
+
+def _section(family: Family, lines: list[str]) -> str:
+    return family.header + "".join(lines)
+
+
+def _alerts(session: Session) -> str:
+    rows = session.execute(select(Alert.kind, Alert.severity, Alert.state, func.count())
+                           .where(Alert.state.in_(UNRESOLVED)).group_by(Alert.kind, Alert.severity, Alert.state)
+                           .order_by(Alert.kind, Alert.severity, Alert.state))
+    return _section(ALERTS, [ALERTS.line((kind, severity, state), count) for kind, severity, state, count in rows])
+
+
+def _efficiency(session: Session, now: datetime) -> str:
+    """One series per namespace/job name: when a name ran twice in the window, the later run speaks."""
+    r = JobRun
+    rows = session.execute(
+        select(r.namespace, r.name, r.queue, r.cpu_core_seconds_used, r.cpu_core_seconds_requested,
+               r.memory_byte_seconds_used, r.memory_byte_seconds_requested, r.gpu_seconds_used,
+               r.gpu_seconds_requested)
+        .where(r.finished_at >= now - EFFICIENCY_WINDOW, r.finished_at <= now).order_by(r.finished_at, r.id))
+    latest: dict[tuple[str, str], str] = {}
+    for namespace, name, queue, cpu, cpu_req, mem, mem_req, gpu, gpu_req in rows:
+        lines = [JOB_EFFICIENCY.line((namespace, name, queue, resource), used / requested)
+                 for resource, used, requested in (("cpu", cpu, cpu_req), ("memory", mem, mem_req),
+                                                   ("gpu", gpu, gpu_req)) if requested > 0]
+        latest[(namespace, name)] = "".join(lines)
+    return _section(JOB_EFFICIENCY, [latest[key] for key in sorted(latest)])
+
+
+def _waste(session: Session, now: datetime) -> str:
+    r = JobRun
+
+    def wasted(requested: InstrumentedAttribute[float], used: InstrumentedAttribute[float]) -> ColumnElement[float]:
+        return func.sum(case((requested > used, requested - used), else_=0.0))
+
+    rows = session.execute(
+        select(r.queue, wasted(r.cpu_core_seconds_requested, r.cpu_core_seconds_used),
+               wasted(r.memory_byte_seconds_requested, r.memory_byte_seconds_used),
+               wasted(r.gpu_seconds_requested, r.gpu_seconds_used))
+        .where(r.finished_at >= now - EFFICIENCY_WINDOW, r.finished_at <= now).group_by(r.queue).order_by(r.queue))
+    core, memory, gpu = [], [], []
+    for queue, cpu_waste, memory_waste, gpu_waste in rows:
+        core.append(WASTED_CORE.line((queue,), float(cpu_waste or 0)))
+        memory.append(WASTED_MEMORY.line((queue,), float(memory_waste or 0)))
+        gpu.append(WASTED_GPU.line((queue,), float(gpu_waste or 0)))
+    return _section(WASTED_CORE, core) + _section(WASTED_MEMORY, memory) + _section(WASTED_GPU, gpu)
+
+
+def _recommendations(recommendations: list[Recommendation]) -> str:
+    cpu, memory, confidence = {}, {}, {}
+    for r in recommendations:  # keyed, so a repeated key cannot become a duplicate series
+        key = (r.namespace, r.workload, r.task, r.container)
+        cpu[key] = "".join(REC_CPU.line((*key, bound), value) for bound, value in (
+            ("target", r.cpu_target_cores), ("lower", r.cpu_lower_cores), ("upper", r.cpu_upper_cores)))
+        memory[key] = "".join(REC_MEMORY.line((*key, bound), value) for bound, value in (
+            ("target", r.memory_target_bytes), ("lower", r.memory_lower_bytes), ("upper", r.memory_upper_bytes)))
+        confidence[key] = REC_CONFIDENCE.line(key, r.confidence)
+    keys = sorted(cpu)
+    return (_section(REC_CPU, [cpu[k] for k in keys]) + _section(REC_MEMORY, [memory[k] for k in keys])
+            + _section(REC_CONFIDENCE, [confidence[k] for k in keys]))
+
+
+def _collectors(health: Health, now: datetime) -> str:
+    enabled, up, last, errors, samples = [], [], [], [], []
+    try:
+        collectors = health.collectors()
+    except Exception as exc:  # the app's callback; a scrape must still answer
+        log.warning("collector health unavailable (%s): %s", type(exc).__name__, exc)
+        collectors = {}
+    now_ts = now.timestamp()
+    for name, c in sorted(collectors.items()):
+        enabled.append(COLLECTOR_ENABLED.line((name,), int(c.enabled)))
+        fresh = c.last_success is not None and (
+            c.interval_seconds is None or now_ts - c.last_success <= 3 * c.interval_seconds)
+        up.append(COLLECTOR_UP.line((name,), int(c.enabled and fresh)))
+        if c.last_success is not None:
+            last.append(COLLECTOR_LAST_SUCCESS.line((name,), c.last_success))
+        errors.append(COLLECTOR_ERRORS.line((name,), c.errors))
+        samples.append(COLLECTOR_SAMPLES.line((name,), c.samples))
+    return (_section(COLLECTOR_ENABLED, enabled) + _section(COLLECTOR_UP, up)
+            + _section(COLLECTOR_LAST_SUCCESS, last) + _section(COLLECTOR_ERRORS, errors)
+            + _section(COLLECTOR_SAMPLES, samples))
+
+
+class RecommendationCache:
+    """Recommendations for /metrics, recomputed at most every `ttl_seconds`; one computation at a time."""
+
+    def __init__(self, settings: Recommendations, ttl_seconds: float) -> None:
+        self.settings = settings
+        self.ttl = ttl_seconds
+        self.lock = threading.Lock()
+        self.value: list[Recommendation] | None = None
+        self.computed_at: datetime | None = None
+
+    def get(self, session: Session, now: datetime) -> list[Recommendation] | None:
+        with self.lock:
+            at = self.computed_at
+            if at is None or now < at or (now - at).total_seconds() >= self.ttl:
+                try:
+                    self.value = recommend.compute_recommendations(session, self.settings, now)
+                except Exception as exc:  # a scrape keeps the last good value rather than failing
+                    session.rollback()
+                    log.warning("recommendations for /metrics failed (%s): %s", type(exc).__name__, exc)
+                else:
+                    self.computed_at = now
+            return self.value
+
+
+def render_metrics(session: Session, health: Health, now: datetime,
+                   recommendations: list[Recommendation] | None = None) -> bytes:
+    """The whole /metrics body. `recommendations` None leaves their families out (not computed yet)."""
+    started = time.perf_counter()
+    parts: list[str] = []
+    try:
+        parts += [_alerts(session), _efficiency(session, now), _waste(session, now)]
+        database_up = 1
+    except SQLAlchemyError as exc:
+        session.rollback()
+        log.warning("/metrics: database unreadable (%s): %s", type(exc).__name__, (str(exc).splitlines() or [""])[0])
+        parts, database_up = [], 0
+    if recommendations is not None:
+        parts.append(_recommendations(recommendations))
+    parts.append(_collectors(health, now))
+    try:
+        ready = bool(health.ready())
+    except Exception as exc:
+        log.warning("readiness check failed (%s): %s", type(exc).__name__, exc)
+        ready = False
+    parts += [_section(DATABASE_UP, [DATABASE_UP.line((), database_up)]),
+              _section(READY, [READY.line((), int(ready))]),
+              _section(BUILD_INFO, [BUILD_INFO.line((version(), platform.python_version()), 1)])]
+    log.debug("/metrics rendered in %.1f ms", (time.perf_counter() - started) * 1000)
+    return "".join(parts).encode()
