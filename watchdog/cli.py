@@ -3,14 +3,20 @@
 from __future__ import annotations
 
 import argparse
+import logging
 import sys
+from datetime import UTC, datetime
 
 from sqlalchemy.exc import SQLAlchemyError
+from sqlalchemy.orm import Session
 
-from exporter.flags import Parser, env_flag, log_level_flag
+from exporter.flags import Parser, env_flag, host_port, log_level_flag
 from exporter.kube.config import ClusterConfigError, load_configuration
 from watchdog.config import ConfigError, Settings, load
 from watchdog.db.engine import make_engine, migrate
+from watchdog.recommend import compute_recommendations, render
+
+log = logging.getLogger("volcano-watchdog")
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -31,8 +37,62 @@ def build_parser() -> argparse.ArgumentParser:
     commands = parser.add_subparsers(dest="command", metavar="COMMAND")
     commands.add_parser("run", help="watch, collect, detect and serve (the default)")
     commands.add_parser("migrate", help="bring the database schema up to date, then exit")
+    recommend = commands.add_parser("recommend", help="print request recommendations from the stored history")
+    recommend.add_argument("--namespace", help="only this namespace")
+    recommend.add_argument("-o", "--output", choices=["table", "json", "yaml"], default="table")
     parser.set_defaults(command="run")
     return parser
+
+
+def run_recommend(settings: Settings, namespace: str | None, output: str) -> int:
+    engine = make_engine(settings.database_url)
+    try:
+        migrate(engine)
+        with Session(engine) as session:
+            found = compute_recommendations(session, settings.recommendations, datetime.now(UTC), namespace)
+    except SQLAlchemyError as exc:
+        print(f"volcano-watchdog: cannot read {engine.url.render_as_string(hide_password=True)}: "
+              f"{str(getattr(exc, 'orig', None) or exc).splitlines()[0]}", file=sys.stderr)
+        return 1
+    finally:
+        engine.dispose()
+    print(render(found, output), end="")
+    return 0
+
+
+def run_watchdog(settings: Settings) -> int:
+    import uvicorn
+
+    from exporter.kube.config import api_client
+    from watchdog.api import CollectorHealth, Health, QueueView, create_app
+    from watchdog.app import Watchdog
+
+    engine = make_engine(settings.database_url)
+    watchdog = Watchdog(settings, engine, api_client(settings.kubeconfig))
+    try:
+        watchdog.start()
+    except SQLAlchemyError as exc:
+        print(f"volcano-watchdog: cannot prepare the database "
+              f"{engine.url.render_as_string(hide_password=True)}: "
+              f"{str(getattr(exc, 'orig', None) or exc).splitlines()[0]}", file=sys.stderr)
+        return 1
+
+    def collectors() -> dict[str, CollectorHealth]:
+        return {name: CollectorHealth(c.enabled, c.last_success, c.errors, c.samples)
+                for name, c in watchdog.collectors.items()}
+
+    def queues() -> list[QueueView]:
+        return [QueueView(*row) for row in watchdog.index.queue_snapshot()]
+
+    app = create_app(engine, settings, Health(watchdog.ready, collectors), queues=queues)
+    host, port = host_port(settings.listen)
+    log.info("serving the API on %s:%d (database %s)", host, port, engine.url.render_as_string(hide_password=True))
+    try:
+        uvicorn.run(app, host=host, port=port, log_level="warning", access_log=False)
+    finally:
+        watchdog.stop()
+        engine.dispose()
+    return 0
 
 
 def run_migrate(settings: Settings) -> int:
@@ -60,11 +120,12 @@ def main(argv: list[str] | None = None) -> int:
     except (ConfigError, ClusterConfigError) as exc:
         print(f"volcano-watchdog: {exc}", file=sys.stderr)
         return 2
+    logging.basicConfig(level=args.log_level, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     if args.command == "migrate":
         return run_migrate(settings)
-    print("volcano-watchdog: configuration is valid; the watchdog is not built yet "
-          "(tracked in the watchdog issue)", file=sys.stderr)
-    return 3
+    if args.command == "recommend":
+        return run_recommend(settings, args.namespace, args.output)
+    return run_watchdog(settings)
 
 
 if __name__ == "__main__":

@@ -1,0 +1,389 @@
+"""The running watchdog: informers and collectors feed one worker thread, which owns every database
+write (SQLite allows one writer) and every detector's state.
+
+Informer handlers and collector threads only enqueue. The worker applies a batch of events and
+samples inside one transaction; when the database is unreachable it rolls back, reloads the alert
+state, waits and retries the same batch, so nothing is lost — the informers meanwhile keep their
+caches, and the queue absorbs a burst (up to `QUEUE_LIMIT`, after which informers wait).
+"""
+
+from __future__ import annotations
+
+import functools
+import logging
+import queue
+import threading
+import time
+from collections import Counter
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from typing import Any
+
+from kubernetes import client
+from sqlalchemy import Engine
+from sqlalchemy.exc import InterfaceError, OperationalError, SQLAlchemyError
+from sqlalchemy.orm import Session
+
+from exporter.kube.informer import DELETED, Backoff, Informer
+from exporter.kube.resources import JOBS, PODGROUPS, PODS, QUEUES, ResourceKind
+from exporter.model import Job, Pod, PodGroup, Queue, parse_job, parse_pod, parse_podgroup, parse_queue
+from exporter.podview import is_volcano_pod
+from watchdog.alerts import AlertBook, Transition
+from watchdog.cluster import ClusterIndex
+from watchdog.config import Settings
+from watchdog.db.engine import migrate
+from watchdog.detectors.base import Signal
+from watchdog.detectors.failure import FailureDetector
+from watchdog.detectors.gang import GangDetector
+from watchdog.detectors.queue import QueueDetector
+from watchdog.detectors.waste import WasteDetector
+from watchdog.ledger import Ledger, enforce_retention
+from watchdog.recommend import HistogramBook
+from watchdog.usage.metrics_api import MetricsApiCollector
+from watchdog.usage.prometheus import PrometheusCollector
+from watchdog.usage.recorder import UsageRecorder
+from watchdog.usage.samples import UsageSample
+
+log = logging.getLogger(__name__)
+
+QUEUE_LIMIT = 200_000
+BATCH = 2_000
+
+
+def utcnow() -> datetime:
+    return datetime.now(UTC)
+
+
+@dataclass
+class CollectorStats:
+    enabled: bool
+    last_success: float | None = None
+    errors: int = 0
+    samples: int = 0
+
+
+@dataclass
+class Intervals:
+    """Seconds between the worker's periodic passes."""
+
+    checks: float = 15.0  # gang and queue detectors
+    waste: float = 60.0  # idle / over-requested (reads usage from the database)
+    flush: float = 15.0  # usage rollups, ledger accumulators, histograms
+    rollup_bucket: int = 300  # seconds of usage one rollup row summarises
+
+
+@dataclass
+class WorkerStats:
+    events: Counter[str] = field(default_factory=Counter)
+    batches: int = 0
+    db_errors: int = 0
+    skipped: int = 0  # events or periodic passes the database refused (logged)
+    transitions: int = 0
+    last_db_error: str = ""
+
+
+class Watchdog:
+    def __init__(self, settings: Settings, engine: Engine, api: client.ApiClient | None,
+                 intervals: Intervals | None = None, clock: Callable[[], float] = time.time,
+                 informer_backoff: tuple[float, float] = (0.5, 30.0)) -> None:
+        self.settings = settings
+        self.engine = engine
+        self.clock = clock
+        self.intervals = intervals or Intervals()
+        detectors = settings.detectors
+        self.index = ClusterIndex(settings.recommendations.workload_label)
+        self.histograms = HistogramBook(settings.recommendations)
+        sources = settings.sources
+        expected = min((src.interval_seconds for src in (sources.metrics_api, sources.prometheus) if src.enabled),
+                       default=30.0)
+        self.recorder = UsageRecorder(self.histograms, bucket_seconds=self.intervals.rollup_bucket,
+                                      expected_interval_seconds=expected)
+        self.ledger = Ledger()
+        self.failures = FailureDetector(detectors)
+        self.gangs = GangDetector(detectors)
+        self.queues = QueueDetector(detectors)
+        # A finished run is judged once its last usage flush is surely in.
+        self.waste = WasteDetector(detectors, settle_seconds=4 * self.intervals.flush)
+        self._reconciled = False  # failure alerts of objects deleted while we were down are resolved once
+        self.alerts = AlertBook()
+        self.stats = WorkerStats()
+        self.transitions: list[Transition] = []  # recent, for the notifier of a later issue
+        self._ooms_seen: set[tuple[str, str, int, bool]] = set()
+        self._work: queue.Queue[tuple[str, str, Any]] = queue.Queue(maxsize=QUEUE_LIMIT)
+        self._stop = threading.Event()
+        self._threads: list[threading.Thread] = []
+        self._started = threading.Event()
+        self.informers: list[Informer[Any]] = []
+        self.collectors: dict[str, CollectorStats] = {}
+        self._collect: list[tuple[str, float, Callable[[], list[UsageSample]]]] = []
+        if api is not None:
+            self._add_informers(api, informer_backoff)
+            source = settings.sources.metrics_api
+            self.collectors["metrics_api"] = CollectorStats(source.enabled)
+            if source.enabled:
+                metrics_api = MetricsApiCollector(api, settings.namespaces)
+                self._collect.append(("metrics_api", source.interval_seconds, metrics_api.collect))
+        prom = settings.sources.prometheus
+        self.collectors["prometheus"] = CollectorStats(prom.enabled)
+        if prom.enabled:
+            prometheus = PrometheusCollector(prom, settings.namespaces)
+            self._collect.append(("prometheus", prom.interval_seconds, lambda: prometheus.collect(self.clock())))
+
+    # ---- wiring -----------------------------------------------------------------------------------------
+
+    def _add_informers(self, api: client.ApiClient, backoff: tuple[float, float]) -> None:
+        def add(kind: ResourceKind, transform: Callable[[Any], Any], predicate: Callable[[Any], bool] | None) -> None:
+            scopes: list[str | None] = list(self.settings.namespaces) if self.settings.namespaces and \
+                kind.namespaced else [None]
+            for namespace in scopes:
+                informer: Informer[Any] = Informer(api, kind, namespace=namespace, transform=transform,
+                                                   predicate=predicate, backoff=Backoff(*backoff))
+                informer.add_handler(functools.partial(self.enqueue, kind.plural))
+                self.informers.append(informer)
+
+        add(JOBS, parse_job, None)
+        add(PODGROUPS, parse_podgroup, None)
+        add(PODS, parse_pod, is_volcano_pod)
+        add(QUEUES, parse_queue, None)
+
+    def enqueue(self, what: str, event_type: str, obj: Any) -> None:
+        """Called on informer and collector threads: hand over to the worker (blocks when it is far behind)."""
+        while not self._stop.is_set():
+            try:
+                self._work.put((what, event_type, obj), timeout=1)
+                return
+            except queue.Full:
+                log.warning("watchdog worker is %d items behind; waiting", QUEUE_LIMIT)
+
+    # ---- lifecycle ----------------------------------------------------------------------------------------
+
+    def start(self) -> Watchdog:
+        migrate(self.engine)
+        with Session(self.engine) as session:
+            self.alerts.load(session)
+            self.histograms.load(session)
+        self._spawn("watchdog-worker", self._worker)
+        for name, interval, collect in self._collect:
+            self._spawn(f"collector-{name}", functools.partial(self._collector, name, interval, collect))
+        for informer in self.informers:
+            informer.start()
+        return self
+
+    def _spawn(self, name: str, target: Callable[[], None]) -> None:
+        thread = threading.Thread(target=target, name=name, daemon=True)
+        thread.start()
+        self._threads.append(thread)
+
+    def stop(self) -> None:
+        self._stop.set()
+        for informer in self.informers:
+            informer.stop()
+        for thread in self._threads:
+            thread.join(10)
+        try:  # what the worker holds in memory (the open usage bucket, histogram changes)
+            with Session(self.engine) as session, session.begin():
+                now = datetime.fromtimestamp(self.clock(), UTC)
+                self.recorder.flush(session, now, final=True)
+                self.histograms.flush(session, now)
+        except SQLAlchemyError as exc:
+            self.histograms.flush_failed()
+            log.error("final flush failed: %s", str(getattr(exc, "orig", None) or exc).splitlines()[0])
+
+    def ready(self) -> bool:
+        return self._started.is_set() and all(i.synced.is_set() for i in self.informers)
+
+    def idle(self) -> bool:
+        """Nothing queued (tests wait for this before looking at the database)."""
+        return self._work.unfinished_tasks == 0
+
+    # ---- collectors ---------------------------------------------------------------------------------------
+
+    def _collector(self, name: str, interval: float, collect: Callable[[], list[UsageSample]]) -> None:
+        stats = self.collectors[name]
+        while not self._stop.is_set():
+            started = time.monotonic()
+            try:
+                samples = collect()
+            except Exception:  # a collector bug must not stop collection
+                stats.errors += 1
+                log.exception("usage collector %s failed", name)
+                samples = []
+            errors = getattr(getattr(collect, "__self__", None), "errors", None)
+            if isinstance(errors, Counter):
+                stats.errors = max(stats.errors, sum(errors.values()))
+            if samples:
+                stats.last_success = self.clock()
+                stats.samples += len(samples)
+                self.enqueue("samples", name, samples)
+            self._stop.wait(max(0.0, interval - (time.monotonic() - started)))
+
+    # ---- worker -------------------------------------------------------------------------------------------
+
+    def _worker(self) -> None:
+        self._started.set()
+        now = self.clock()
+        next_check, next_waste, next_flush = now, now + self.intervals.waste, now + self.intervals.flush
+        next_retention = now
+        while not self._stop.is_set():
+            synced = self._all_synced()  # checked before taking the batch: the initial events are queued by then
+            batch = self._take_batch(timeout=0.2)
+            now = self.clock()
+            periodic: list[str] = []
+            if synced and not self._reconciled and self._work.empty():
+                periodic.append("reconcile")
+            if now >= next_check:
+                periodic.append("checks")
+                next_check = now + self.intervals.checks
+            if now >= next_waste:
+                periodic.append("waste")
+                next_waste = now + self.intervals.waste
+            if now >= next_flush or len(batch) >= BATCH:
+                periodic.append("flush")
+                next_flush = now + self.intervals.flush
+            if now >= next_retention:
+                periodic.append("retention")
+                next_retention = now + self.settings.retention.check_interval_seconds
+            if batch or periodic:
+                self._apply_with_retry(batch, periodic)
+                self._reconciled = self._reconciled or "reconcile" in periodic
+            for _ in batch:
+                self._work.task_done()
+
+    def _all_synced(self) -> bool:
+        return bool(self.informers) and all(i.synced.is_set() for i in self.informers)
+
+    def _take_batch(self, timeout: float) -> list[tuple[str, str, Any]]:
+        try:
+            batch = [self._work.get(timeout=timeout)]
+        except queue.Empty:
+            return []
+        while len(batch) < BATCH:
+            try:
+                batch.append(self._work.get_nowait())
+            except queue.Empty:
+                break
+        return batch
+
+    def _apply_with_retry(self, batch: list[tuple[str, str, Any]], periodic: list[str]) -> None:
+        """Apply a batch in one transaction. A lost connection is waited out and the same batch retried;
+        any other database error (a bad row, a bug) must not block everything behind it, so the batch is
+        then applied item by item and what still fails is logged, counted and skipped."""
+        backoff = Backoff(0.5, 30.0)
+        while not self._stop.is_set():
+            try:
+                self._transaction(batch, periodic)
+                self.stats.batches += 1
+                return
+            except (OperationalError, InterfaceError) as exc:
+                self._rolled_back(exc)
+                delay = backoff.next_delay()
+                log.error("database unavailable (%s); retrying in %.1fs", self.stats.last_db_error, delay)
+                self._stop.wait(delay)
+            except SQLAlchemyError as exc:
+                self._rolled_back(exc)
+                log.error("database write failed (%s); applying the batch item by item", self.stats.last_db_error)
+                self._one_by_one(batch, periodic)
+                return
+
+    def _transaction(self, batch: list[tuple[str, str, Any]], periodic: list[str]) -> None:
+        with Session(self.engine) as session, session.begin():
+            now = datetime.fromtimestamp(self.clock(), UTC)
+            for what, event_type, obj in batch:
+                self._apply(what, event_type, obj, session, now)
+            for task in periodic:
+                self._periodic(task, session, now)
+
+    def _one_by_one(self, batch: list[tuple[str, str, Any]], periodic: list[str]) -> None:
+        items: list[tuple[list[tuple[str, str, Any]], list[str]]] = [([item], []) for item in batch]
+        items += [([], [task]) for task in periodic]
+        for events, tasks in items:
+            try:
+                self._transaction(events, tasks)
+            except SQLAlchemyError as exc:
+                self._rolled_back(exc)
+                self.stats.skipped += 1
+                what = events[0][0] if events else tasks[0]
+                log.exception("skipped a %s the database refused", what)
+
+    def _rolled_back(self, exc: SQLAlchemyError) -> None:
+        self.histograms.flush_failed()  # what flush() handed over was rolled back
+        self.stats.db_errors += 1
+        self.stats.last_db_error = str(getattr(exc, "orig", None) or exc).splitlines()[0]
+        try:
+            with Session(self.engine) as session:
+                self.alerts.load(session)  # the rolled-back transitions never happened
+        except SQLAlchemyError:
+            pass  # still down: loaded again after the next failure, or state stays as it was
+
+    def _apply(self, what: str, event_type: str, obj: Any, session: Session, now: datetime) -> None:
+        self.stats.events[what] += 1
+        signals: list[Signal] = []
+        if what == "jobs":
+            job: Job = obj
+            self.index.on_job(event_type, job)
+            self.ledger.on_job(event_type, job, session, now)
+            signals = self.failures.on_job(event_type, job)
+        elif what == "pods":
+            pod: Pod = obj
+            self.index.on_pod(event_type, pod)
+            self.gangs.on_pod(event_type, pod)
+            self.queues.on_pod(event_type, pod)
+            signals = self.failures.on_pod(event_type, pod)
+            self._note_ooms(event_type, pod)
+        elif what == "podgroups":
+            group: PodGroup = obj
+            self.index.on_podgroup(event_type, group)
+            self.ledger.on_podgroup(event_type, group, session, now)
+            self.gangs.on_podgroup(event_type, group)
+            self.queues.on_podgroup(event_type, group)
+        elif what == "queues":
+            q: Queue = obj
+            self.index.on_queue(event_type, q)
+            self.queues.on_queue(event_type, q)
+        elif what == "samples":
+            self.recorder.ingest(obj, self.index.pod_info)
+        if signals:
+            self._record(self.alerts.apply(signals, session, now))
+
+    def _note_ooms(self, event_type: str, pod: Pod) -> None:
+        """An OOM kill raises the workload's memory recommendation (VPA's OOM bump), once per kill."""
+        if event_type == DELETED:
+            self._ooms_seen = {k for k in self._ooms_seen if k[0] != pod.uid}
+            return
+        for termination in pod.terminations:
+            key = (pod.uid, termination.container, pod.restart_count, termination.current)
+            if termination.reason != "OOMKilled" or key in self._ooms_seen:
+                continue
+            self._ooms_seen.add(key)
+            info = self.index.pod_info(pod.namespace, pod.name)
+            if info is None or not info.workload:
+                continue
+            limit = next((amount for name, amount in pod.limits if name == "memory"), 0.0)
+            self.histograms.add_oom(pod.namespace, info.workload, info.task, termination.container,
+                                    self.clock(), limit or info.memory_request_bytes)
+
+    def _periodic(self, task: str, session: Session, now: datetime) -> None:
+        ts = now.timestamp()
+        if task == "checks":
+            self._record(self.alerts.apply_round(GangDetector.KINDS, self.gangs.check(ts), session, now))
+            self._record(self.alerts.apply_round(QueueDetector.KINDS, self.queues.check(ts), session, now))
+        elif task == "waste":
+            self._record(self.alerts.apply_round(WasteDetector.KINDS, self.waste.check(session, now), session, now))
+        elif task == "reconcile":  # after the first full sync: what was deleted while we were down
+            self._record(self.alerts.resolve_missing(FailureDetector.KINDS, self.failures.active(), session, now))
+            self.ledger.mark_gone(session, self.index.live_run_uids(), now)
+        elif task == "flush":
+            self.recorder.flush(session, now)
+            self.histograms.flush(session, now)
+        elif task == "retention":
+            removed = enforce_retention(session, self.settings.retention, now)
+            if any(removed.values()):
+                log.info("retention removed %s", removed)
+
+    def _record(self, transitions: list[Transition]) -> None:
+        if transitions:
+            self.stats.transitions += len(transitions)
+            self.transitions = (self.transitions + transitions)[-1000:]
+            for t in transitions:
+                log.info("alert %s %s: %s -> %s", t.kind, t.fingerprint, t.old_state, t.new_state)
