@@ -3,8 +3,11 @@
 from __future__ import annotations
 
 import argparse
+import contextlib
 import logging
+import signal
 import sys
+from collections.abc import Iterator
 from datetime import UTC, datetime
 
 from sqlalchemy.exc import SQLAlchemyError
@@ -63,6 +66,13 @@ def run_recommend(settings: Settings, namespace: str | None, output: str) -> int
 def run_watchdog(settings: Settings) -> int:
     import uvicorn
 
+    class QuietServer(uvicorn.Server):
+        """uvicorn re-raises SIGTERM after its shutdown, which would kill us before the final flush."""
+
+        @contextlib.contextmanager
+        def capture_signals(self) -> Iterator[None]:
+            yield
+
     from exporter.kube.config import api_client
     from watchdog.api import CollectorHealth, Health, QueueView, create_app
     from watchdog.app import Watchdog
@@ -87,12 +97,15 @@ def run_watchdog(settings: Settings) -> int:
     app = create_app(engine, settings, Health(watchdog.ready, collectors), queues=queues)
     host, port = host_port(settings.listen)
     log.info("serving the API on %s:%d (database %s)", host, port, engine.url.render_as_string(hide_password=True))
+    server = QuietServer(uvicorn.Config(app, host=host, port=port, log_level="warning", access_log=False))
+    for sig in (signal.SIGINT, signal.SIGTERM):  # stop serving, then flush what the worker holds
+        signal.signal(sig, lambda *_: setattr(server, "should_exit", True))
     try:
-        uvicorn.run(app, host=host, port=port, log_level="warning", access_log=False)
+        server.run()
     finally:
         watchdog.stop()
         engine.dispose()
-    return 0
+    return 0 if server.started else 1
 
 
 def run_migrate(settings: Settings) -> int:
