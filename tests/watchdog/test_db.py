@@ -67,7 +67,7 @@ def test_migrate_command(database_url: str) -> None:
     result = subprocess.run([sys.executable, "-m", "watchdog.cli", "--database-url", database_url, "migrate"],
                             capture_output=True, text=True, timeout=60)
     assert result.returncode == 0, result.stderr
-    assert "revision 0001" in result.stdout
+    assert "revision 0002" in result.stdout
     engine = make_engine(database_url)
     assert "job_runs" in inspect(engine).get_table_names()
     engine.dispose()

@@ -84,8 +84,8 @@ class UsageRollup(Base):
 
     __tablename__ = "usage_rollups"
     __table_args__ = (
+        # Leads with bucket_start, so it also serves retention's range deletes.
         UniqueConstraint("bucket_start", "namespace", "pod", "container", name="uq_usage_rollups_bucket_container"),
-        Index("ix_usage_rollups_bucket_start", "bucket_start"),
         Index("ix_usage_rollups_job_uid", "job_uid"),
         Index("ix_usage_rollups_workload", "workload"),
     )
@@ -143,6 +143,7 @@ class Alert(Base):
     __table_args__ = (
         Index("uq_alerts_active_fingerprint", "fingerprint", unique=True,
               sqlite_where=text("state != 'resolved'"), postgresql_where=text("state != 'resolved'")),
+        Index("ix_alerts_fingerprint", "fingerprint"),  # once-per-run kinds look up resolved rows too
         Index("ix_alerts_state", "state"),
         Index("ix_alerts_resolved_at", "resolved_at"),
     )
