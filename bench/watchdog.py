@@ -10,17 +10,27 @@
 
 from __future__ import annotations
 
+import importlib.util
 import json
 import sys
 from pathlib import Path
+from types import ModuleType
 
 # Run as a script, bench/ comes first on sys.path, and this very file would shadow the package.
 _HERE = Path(__file__).resolve().parent
-sys.path[:] = [str(_HERE.parent), str(_HERE)] + [p for p in sys.path if Path(p or ".").resolve() != _HERE]
-sys.modules.pop("watchdog", None)
+sys.path[:] = [str(_HERE.parent)] + [p for p in sys.path if Path(p or ".").resolve() != _HERE]
 
-import watchdog_recommend  # noqa: E402
-import watchdog_usage  # noqa: E402
+
+def _load(name: str) -> ModuleType:
+    spec = importlib.util.spec_from_file_location(name, _HERE / f"{name}.py")
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+watchdog_usage = _load("watchdog_usage")
+watchdog_recommend = _load("watchdog_recommend")
 
 TARGETS = {"samples_per_second_sqlite": (">=", 50_000), "samples_per_second_postgres": (">=", 20_000),
            "recommend_seconds_10k_containers_8d": ("<=", 5.0)}
