@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import threading
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from typing import Any
 
 from kubernetes import client
@@ -67,14 +67,16 @@ class Exporter:
     def not_synced(self) -> list[str]:
         return [i.name for i in self.informers if not i.synced.is_set()]
 
-    def scrape(self) -> bytes:
+    def scrape_chunks(self) -> Iterator[bytes]:
+        """The /metrics body in pieces, for the server to write (and gzip) as they come."""
         started = time.perf_counter()
-        out: list[bytes] = []
-        self.store.write(out)
+        yield from self.store.chunks()
         with self._scrape_lock:
-            out.append(selfmetrics.render(self.informers, dict(self.store.parse_problems), self._scrape_seconds,
-                                          self._scrapes).encode())
-            body = b"".join(out)
+            yield selfmetrics.render(self.informers, dict(self.store.parse_problems), self._scrape_seconds,
+                                     self._scrapes).encode()
             self._scrape_seconds = time.perf_counter() - started
             self._scrapes += 1
-        return body
+
+    def scrape(self) -> bytes:
+        """The whole body at once (tests and tools; the server streams `scrape_chunks`)."""
+        return b"".join(self.scrape_chunks())

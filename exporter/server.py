@@ -2,9 +2,9 @@
 
 from __future__ import annotations
 
-import gzip
 import logging
 import threading
+import zlib
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
@@ -21,11 +21,7 @@ def make_server(exporter: Exporter, host: str, port: int) -> ThreadingHTTPServer
         def do_GET(self) -> None:
             path = self.path.split("?", 1)[0]
             if path == "/metrics":
-                body = exporter.scrape()
-                encoding = None
-                if "gzip" in self.headers.get("Accept-Encoding", ""):
-                    body, encoding = gzip.compress(body, compresslevel=1), "gzip"
-                self._send(200, body, CONTENT_TYPE, encoding)
+                self._stream_metrics("gzip" in self.headers.get("Accept-Encoding", ""))
             elif path == "/healthz":
                 self._send(200, b"ok\n")
             elif path == "/readyz":
@@ -36,6 +32,25 @@ def make_server(exporter: Exporter, host: str, port: int) -> ThreadingHTTPServer
                     self._send(200, b"ok\n")
             else:
                 self._send(404, b"not found: try /metrics, /healthz or /readyz\n")
+
+        def _stream_metrics(self, compress: bool) -> None:
+            """Chunked transfer: the body (~100 MB at 100k pods) is never assembled in memory; gzip
+            (level 1: Prometheus always asks for it, and level 6 would cost seconds) streams too."""
+            self.send_response(200)
+            self.send_header("Content-Type", CONTENT_TYPE)
+            self.send_header("Transfer-Encoding", "chunked")
+            if compress:
+                self.send_header("Content-Encoding", "gzip")
+            self.end_headers()
+            packer = zlib.compressobj(1, zlib.DEFLATED, 31) if compress else None
+            for chunk in exporter.scrape_chunks():
+                data = packer.compress(chunk) if packer is not None else chunk
+                if data:
+                    self.wfile.write(b"%x\r\n%s\r\n" % (len(data), data))
+            if packer is not None:
+                tail = packer.flush()
+                self.wfile.write(b"%x\r\n%s\r\n" % (len(tail), tail))
+            self.wfile.write(b"0\r\n\r\n")
 
         def _send(self, code: int, body: bytes, content_type: str = "text/plain; charset=utf-8",
                   encoding: str | None = None) -> None:

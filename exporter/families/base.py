@@ -11,6 +11,7 @@ from __future__ import annotations
 import math
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
+from functools import lru_cache
 
 from exporter.podrequests import Resources
 from exporter.quantity import resource_label_and_unit
@@ -27,6 +28,8 @@ def escape(value: str) -> str:
 
 
 def format_value(value: float) -> str:
+    if type(value) is int:
+        return str(value)
     if value != value:
         return "NaN"
     if math.isinf(value):
@@ -43,27 +46,57 @@ class Family:
     labels: tuple[str, ...]
     type: str = GAUGE
     _template: str = field(init=False, repr=False, compare=False)
+    _prefix: str = field(init=False, repr=False, compare=False, default="")
 
     def __post_init__(self) -> None:
         if "job" in self.labels or "instance" in self.labels:
             raise ValueError(f"{self.name}: 'job' and 'instance' labels belong to Prometheus")
         pairs = ",".join(f'{label}="%s"' for label in self.labels)
         object.__setattr__(self, "_template", f"{self.name}{{{pairs}}} %s\n" if pairs else f"{self.name} %s\n")
+        if self.labels[-2:] == ("resource", "unit"):  # resource families: leading labels, then a cached suffix
+            lead = "".join(f'{label}="%s",' for label in self.labels[:-2])
+            object.__setattr__(self, "_prefix", f"{self.name}{{{lead}")
 
     @property
     def header(self) -> str:
         return f"# HELP {self.name} {self.help}\n# TYPE {self.name} {self.type}\n"
 
     def line(self, values: Sequence[str], value: float) -> str:
-        return self._template % (*[escape(v) for v in values], format_value(value))
+        joined = "".join(values)  # one scan for all values: escaping is rare
+        if "\\" in joined or '"' in joined or "\n" in joined:
+            values = [escape(v) for v in values]
+        return self._template % (*values, format_value(value))
+
+    def format(self, escaped: Sequence[str], value_text: str) -> str:
+        """`line` for label values already escaped and a value already formatted."""
+        return self._template % (*escaped, value_text)
+
+    def format_resources(self, escaped: Sequence[str], resources: Resources) -> str:
+        """`resource_lines` for leading label values already escaped."""
+        if not resources:
+            return ""
+        prefix = self._prefix % tuple(escaped)
+        return "".join([prefix + suffix for suffix in _resource_suffixes(resources)])
 
     def resource_lines(self, values: Sequence[str], resources: Resources) -> str:
         """One line per resource, with the kube-state-metrics `resource` and `unit` labels last."""
-        out = []
-        for name, amount in resources:
-            label, unit = resource_label_and_unit(name)
-            out.append(self.line((*values, label, unit), amount))
-        return "".join(out)
+        if not resources:
+            return ""
+        joined = "".join(values)
+        if "\\" in joined or '"' in joined or "\n" in joined:
+            values = [escape(v) for v in values]
+        prefix = self._prefix % tuple(values)
+        return "".join([prefix + suffix for suffix in _resource_suffixes(resources)])
+
+
+@lru_cache(maxsize=4096)
+def _resource_suffixes(resources: Resources) -> tuple[str, ...]:
+    """`resource="cpu",unit="core"} 0.5\n` per resource: equal lists are shared, so this is cached."""
+    out = []
+    for name, amount in resources:
+        label, unit = resource_label_and_unit(name)
+        out.append(f'resource="{escape(label)}",unit="{unit}"}} {format_value(amount)}\n')
+    return tuple(out)
 
 
 def resource_labels(*leading: str) -> tuple[str, ...]:

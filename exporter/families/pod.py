@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from exporter.families.base import Family, resource_labels
+from exporter.families.base import Family, escape, resource_labels
 from exporter.model import Pod
 
 INFO = Family("volcano_pod_info", "Volcano attribution of a pod: join on (namespace, pod) to get queue, job, task.",
@@ -30,9 +30,20 @@ class Attribution:
 
 
 def render(pod: Pod, who: Attribution) -> tuple[str, ...]:
-    ns, name = pod.namespace, pod.name
+    """The hot path (every pod event): label values are checked for escaping once, for all three rows."""
+    values: tuple[str, ...] = (pod.namespace, pod.name, pod.uid, who.job_name, who.job_kind, pod.task, who.queue,
+                               pod.podgroup, pod.node_name, pod.phase)
+    joined = "".join(values)
+    if "\\" in joined or '"' in joined or "\n" in joined:
+        values = tuple([escape(v) for v in values])
+    ns, name, uid, job_name, job_kind, task, queue, podgroup, node, phase = values
     return (
-        INFO.line((ns, name, pod.uid, who.job_name, who.job_kind, pod.task, who.queue, pod.podgroup, pod.node_name), 1),
-        REQUESTS.resource_lines((ns, name, who.queue, who.job_name, pod.task), pod.requests),
-        PHASE.line((ns, name, who.queue, pod.phase), 1) if pod.phase else "",
+        INFO.format((ns, name, uid, job_name, job_kind, task, queue, podgroup, node), "1"),
+        REQUESTS.format_resources((ns, name, queue, job_name, task), pod.requests),
+        PHASE.format((ns, name, queue, phase), "1") if phase else "",
     )
+
+
+def exported(pod: Pod) -> tuple[object, ...]:
+    """What `render` and the queue sums read from a pod (its key aside): equal means nothing to redo."""
+    return (pod.uid, pod.job_name, pod.task, pod.queue, pod.podgroup, pod.node_name, pod.phase, pod.requests)

@@ -79,7 +79,9 @@ def test_outage_is_visible_in_self_metrics(sim: SimulatorThread, tmp_path: Path,
 
     def in_backoff() -> bool:
         s = parse(exporter.scrape())
-        return all(dict(k)["state"] == "backoff" for k in select(s, "volcano_exporter_informer_state"))
+        refused = select(s, "volcano_exporter_request_errors_total", resource="pods", code="connection")
+        return bool(refused) and all(dict(k)["state"] == "backoff"
+                                     for k in select(s, "volcano_exporter_informer_state"))
 
     wait_for(in_backoff, timeout=10)
     s = parse(exporter.scrape())
