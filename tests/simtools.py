@@ -36,3 +36,13 @@ def wait_for(condition: Callable[[], bool], timeout: float = 10.0, interval: flo
         if time.monotonic() > deadline:
             raise AssertionError(f"condition not met within {timeout}s")
         time.sleep(interval)
+
+
+class FakeClock:
+    """A clock tests move by hand: `clock.t += 60`."""
+
+    def __init__(self, t: float) -> None:
+        self.t = t
+
+    def __call__(self) -> float:
+        return self.t

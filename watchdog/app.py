@@ -32,7 +32,7 @@ from exporter.podview import is_volcano_pod
 from watchdog.alerts import AlertBook, Transition
 from watchdog.cluster import ClusterIndex
 from watchdog.config import Settings
-from watchdog.db.engine import migrate
+from watchdog.db.engine import describe_error, migrate
 from watchdog.detectors.base import Signal
 from watchdog.detectors.failure import FailureDetector
 from watchdog.detectors.gang import GangDetector
@@ -188,7 +188,7 @@ class Watchdog:
                 self.histograms.flush(session, now)
         except SQLAlchemyError as exc:
             self.histograms.flush_failed()
-            log.error("final flush failed: %s", str(getattr(exc, "orig", None) or exc).splitlines()[0])
+            log.error("final flush failed: %s", describe_error(exc))
 
     def ready(self) -> bool:
         return self._started.is_set() and all(i.synced.is_set() for i in self.informers)
@@ -309,7 +309,7 @@ class Watchdog:
     def _rolled_back(self, exc: SQLAlchemyError) -> None:
         self.histograms.flush_failed()  # what flush() handed over was rolled back
         self.stats.db_errors += 1
-        self.stats.last_db_error = str(getattr(exc, "orig", None) or exc).splitlines()[0]
+        self.stats.last_db_error = describe_error(exc)
         try:
             with Session(self.engine) as session:
                 self.alerts.load(session)  # the rolled-back transitions never happened

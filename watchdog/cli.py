@@ -16,7 +16,7 @@ from sqlalchemy.orm import Session
 from exporter.flags import Parser, env_flag, host_port, log_level_flag
 from exporter.kube.config import ClusterConfigError, load_configuration
 from watchdog.config import ConfigError, Settings, load
-from watchdog.db.engine import make_engine, migrate
+from watchdog.db.engine import describe_error, display_url, make_engine, migrate
 from watchdog.recommend import compute_recommendations, render
 
 log = logging.getLogger("volcano-watchdog")
@@ -54,8 +54,8 @@ def run_recommend(settings: Settings, namespace: str | None, output: str) -> int
         with Session(engine) as session:
             found = compute_recommendations(session, settings.recommendations, datetime.now(UTC), namespace)
     except SQLAlchemyError as exc:
-        print(f"volcano-watchdog: cannot read {engine.url.render_as_string(hide_password=True)}: "
-              f"{str(getattr(exc, 'orig', None) or exc).splitlines()[0]}", file=sys.stderr)
+        print(f"volcano-watchdog: cannot read {display_url(engine)}: "
+              f"{describe_error(exc)}", file=sys.stderr)
         return 1
     finally:
         engine.dispose()
@@ -83,8 +83,8 @@ def run_watchdog(settings: Settings) -> int:
         watchdog.start()
     except SQLAlchemyError as exc:
         print(f"volcano-watchdog: cannot prepare the database "
-              f"{engine.url.render_as_string(hide_password=True)}: "
-              f"{str(getattr(exc, 'orig', None) or exc).splitlines()[0]}", file=sys.stderr)
+              f"{display_url(engine)}: "
+              f"{describe_error(exc)}", file=sys.stderr)
         return 1
 
     def collectors() -> dict[str, CollectorHealth]:
@@ -96,7 +96,7 @@ def run_watchdog(settings: Settings) -> int:
 
     app = create_app(engine, settings, Health(watchdog.ready, collectors), queues=queues)
     host, port = host_port(settings.listen)
-    log.info("serving the API on %s:%d (database %s)", host, port, engine.url.render_as_string(hide_password=True))
+    log.info("serving the API on %s:%d (database %s)", host, port, display_url(engine))
     server = QuietServer(uvicorn.Config(app, host=host, port=port, log_level="warning", access_log=False))
     for sig in (signal.SIGINT, signal.SIGTERM):  # stop serving, then flush what the worker holds
         signal.signal(sig, lambda *_: setattr(server, "should_exit", True))
@@ -115,8 +115,8 @@ def run_migrate(settings: Settings) -> int:
         with engine.connect() as connection:
             revision = connection.exec_driver_sql("SELECT version_num FROM alembic_version").scalar()
     except SQLAlchemyError as exc:
-        print(f"volcano-watchdog: cannot migrate {engine.url.render_as_string(hide_password=True)}: "
-              f"{str(getattr(exc, 'orig', None) or exc).splitlines()[0]}", file=sys.stderr)
+        print(f"volcano-watchdog: cannot migrate {display_url(engine)}: "
+              f"{describe_error(exc)}", file=sys.stderr)
         return 1
     finally:
         engine.dispose()

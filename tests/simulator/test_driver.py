@@ -23,6 +23,7 @@ from simulator.driver import Driver
 from simulator.resources import EVENTS, JOBS, NAMESPACES, NODES, PODGROUPS, PODS, QUEUES, ResourceType
 from simulator.scenario import SCENARIOS
 from simulator.store import Store, WatchEvent
+from tests.simtools import FakeClock
 
 CRDS = Path(__file__).parents[2].parent / "shared" / "volcano" / "crds"
 T0 = 1_700_000_000.0
@@ -41,14 +42,6 @@ def qty(value: str | int) -> float:
 
 def ts(value: str) -> float:
     return float(calendar.timegm(time.strptime(value, "%Y-%m-%dT%H:%M:%SZ")))
-
-
-class FakeClock:
-    def __init__(self, t: float) -> None:
-        self.t = t
-
-    def __call__(self) -> float:
-        return self.t
 
 
 @dataclass

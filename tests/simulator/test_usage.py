@@ -15,6 +15,7 @@ from simulator.driver import Driver
 from simulator.resources import NODE_METRICS, NODES, POD_METRICS, PODS
 from simulator.store import Store
 from simulator.usage import IDLE_GPU, ContainerUsage, GpuDevice, UsageProfile, render_prometheus
+from tests.simtools import FakeClock
 
 T0 = 1_700_000_000.0
 STEP = 15.0
@@ -24,14 +25,6 @@ Series = dict[tuple[str, tuple[tuple[str, str], ...]], float]
 
 CADVISOR_LABELS = {"namespace", "pod", "container"}
 DCGM_LABELS = {"gpu", "UUID", "device", "modelName", "Hostname", "namespace", "pod", "container"}
-
-
-class FakeClock:
-    def __init__(self, t: float) -> None:
-        self.t = t
-
-    def __call__(self) -> float:
-        return self.t
 
 
 @dataclass

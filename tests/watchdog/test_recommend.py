@@ -283,3 +283,37 @@ def test_render_json_and_yaml_are_for_programs() -> None:
     assert json.loads(render([], "json")) == []
     with pytest.raises(ValueError, match="unknown output"):
         render(recs, "csv")
+
+
+def test_recommend_command_prints_what_the_database_holds(database_url: str) -> None:
+    """`volcano-watchdog recommend` as a user runs it, on both databases: table, json, yaml, namespace filter."""
+    import subprocess
+    import sys
+
+    from watchdog.db.engine import make_engine, migrate
+
+    engine = make_engine(database_url)
+    migrate(engine)
+    book = HistogramBook(Recommendations())
+    start = datetime(2026, 1, 1, tzinfo=UTC).timestamp()
+    for minute in range(3 * 1440):
+        ts = start + minute * 60
+        book.add_usage("ml", "train", "worker", "main", ts, 1.0 + (minute % 10) / 10, 2 * 2**30)
+        book.add_usage("etl", "daily", "", "main", ts, 0.2, 2**29)
+    with Session(engine) as session, session.begin():
+        book.flush(session, datetime.fromtimestamp(start + 3 * 86400, UTC))
+    engine.dispose()
+
+    def run(*args: str) -> str:
+        result = subprocess.run([sys.executable, "-m", "watchdog.cli", "--database-url", database_url, "recommend",
+                                 *args], capture_output=True, text=True, timeout=60)
+        assert result.returncode == 0, result.stderr
+        return result.stdout
+
+    rows = json.loads(run("-o", "json"))
+    by_workload = {r["workload"]: r for r in rows}
+    assert set(by_workload) == {"train", "daily"}
+    assert 1.9 * 1.15 * 0.95 <= by_workload["train"]["cpu_target_cores"] <= 2.0 * 1.15 * 1.06
+    assert yaml.safe_load(run("-o", "yaml", "--namespace", "etl"))[0]["workload"] == "daily"
+    table = run("--namespace", "ml")
+    assert "train" in table and "daily" not in table

@@ -37,6 +37,16 @@ def make_engine(url: str, **kwargs: Any) -> Engine:
     return create_engine(url, pool_pre_ping=True, **kwargs)
 
 
+def describe_error(exc: BaseException) -> str:
+    """The driver's first line (e.g. "connection refused"), without SQLAlchemy's SQL and parameters."""
+    text = str(getattr(exc, "orig", None) or exc).strip()
+    return text.splitlines()[0] if text else type(exc).__name__
+
+
+def display_url(engine: Engine) -> str:
+    return engine.url.render_as_string(hide_password=True)
+
+
 def alembic_config(engine: Engine) -> Config:
     config = Config()
     config.set_main_option("script_location", str(MIGRATIONS))
