@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import threading
 import time
 from collections.abc import Callable, Iterator, Sequence
@@ -40,12 +41,13 @@ class Exporter:
                 informer.add_handler(handler)
                 self.informers.append(informer)
 
+        pod_view = functools.partial(parse_pod, statuses=False)  # the exporter renders no container status
         if total_shards > 1:
             add(JOBS, parse_job, self.store.on_job, lambda raw: mine(raw_uid(raw)))
-            add(PODS, parse_pod, self.store.on_pod, lambda raw: is_volcano_pod(raw) and mine(raw_uid(raw)))
+            add(PODS, pod_view, self.store.on_pod, lambda raw: is_volcano_pod(raw) and mine(raw_uid(raw)))
         else:  # one replica: no UID hashing on the hot path
             add(JOBS, parse_job, self.store.on_job, None)
-            add(PODS, parse_pod, self.store.on_pod, is_volcano_pod)
+            add(PODS, pod_view, self.store.on_pod, is_volcano_pod)
 
         def on_podgroup(event_type: str, group: PodGroup) -> None:
             self.store.on_podgroup_owner(event_type, group)  # every shard attributes its pods through groups

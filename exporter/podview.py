@@ -140,8 +140,11 @@ def _statuses(status: Mapping[str, Any], probs: list[str]) -> tuple[int, tuple[T
     return restarts, tuple(terms) if terms else ()
 
 
-def parse_pod(raw: object) -> Pod:
-    """A core/v1 Pod, with its Volcano job/task/queue/podgroup and effective resource request."""
+def parse_pod(raw: object, *, statuses: bool = True) -> Pod:
+    """A core/v1 Pod, with its Volcano job/task/queue/podgroup and effective resource request.
+
+    `statuses=False` skips what only the watchdog reads (container statuses: restarts and
+    terminations; the start time): the exporter parses every pod event, and those are a third of it."""
     probs: list[str] = []
     d = root(raw, probs)
     meta, md = read_meta(d, probs)
@@ -165,7 +168,7 @@ def parse_pod(raw: object) -> Pod:
         else:
             probs.append(f"metadata.labels.{TASK_INDEX_KEY}: invalid index {shown(index_text)}")
     requests, limits = pod_resources(spec, "spec.", probs)
-    restarts, terms = _statuses(status, probs)
+    restarts, terms = _statuses(status, probs) if statuses else (0, ())
     return Pod(
         *meta,
         istring(spec, "nodeName", "spec.", probs),
@@ -181,7 +184,7 @@ def parse_pod(raw: object) -> Pod:
         limits,
         restarts,
         terms,
-        timestamp(status, "startTime", "status.", probs),
+        timestamp(status, "startTime", "status.", probs) if statuses else None,
         tuple(probs) if probs else (),
     )
 
