@@ -92,7 +92,7 @@ class Watchdog:
         self.clock = clock
         self.intervals = intervals or Intervals()
         detectors = settings.detectors
-        self.index = ClusterIndex(settings.recommendations.workload_label)
+        self.index = ClusterIndex()
         self.histograms = HistogramBook(settings.recommendations)
         sources = settings.sources
         expected = min((src.interval_seconds for src in (sources.metrics_api, sources.prometheus) if src.enabled),
@@ -144,8 +144,18 @@ class Watchdog:
 
         add(JOBS, parse_job, None)
         add(PODGROUPS, parse_podgroup, None)
-        add(PODS, parse_pod, is_volcano_pod)
+        add(PODS, self._pod_view, is_volcano_pod)
         add(QUEUES, parse_queue, None)
+
+    def _pod_view(self, raw: Any) -> tuple[Pod, str]:
+        """The Pod view, plus the value of the configured workload label (views keep no labels)."""
+        label = self.settings.recommendations.workload_label
+        value = ""
+        if label:
+            labels = (raw.get("metadata") or {}).get("labels") if isinstance(raw, dict) else None
+            found = labels.get(label) if isinstance(labels, dict) else None
+            value = found if isinstance(found, str) else ""
+        return parse_pod(raw), value
 
     def enqueue(self, what: str, event_type: str, obj: Any) -> None:
         """Called on informer and collector threads: hand over to the worker (blocks when it is far behind)."""
@@ -325,8 +335,8 @@ class Watchdog:
             self.ledger.on_job(event_type, job, session, now)
             signals = self.failures.on_job(event_type, job)
         elif what == "pods":
-            pod: Pod = obj
-            self.index.on_pod(event_type, pod)
+            pod, workload = obj
+            self.index.on_pod(event_type, pod, workload)
             self.gangs.on_pod(event_type, pod)
             self.queues.on_pod(event_type, pod)
             signals = self.failures.on_pod(event_type, pod)

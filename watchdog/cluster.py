@@ -29,12 +29,12 @@ class GroupOwner:
 
 
 class ClusterIndex:
-    def __init__(self, workload_label: str | None = None) -> None:
+    def __init__(self) -> None:
         self.lock = threading.Lock()
-        self.workload_label = workload_label
         self.job_uids: dict[tuple[str, str], str] = {}
         self.groups: dict[tuple[str, str], GroupOwner] = {}
         self.pods: dict[tuple[str, str], Pod] = {}
+        self.pod_workloads: dict[tuple[str, str], str] = {}  # the `workload_label` value, where pods carry it
         self.queues: dict[str, Queue] = {}
 
     def on_job(self, event_type: str, job: Job) -> None:
@@ -52,12 +52,18 @@ class ClusterIndex:
                 self.groups[(group.namespace, group.name)] = GroupOwner(
                     group.uid, group.queue, group.job_kind, group.job_name)
 
-    def on_pod(self, event_type: str, pod: Pod) -> None:
+    def on_pod(self, event_type: str, pod: Pod, workload_label_value: str = "") -> None:
+        key = (pod.namespace, pod.name)
         with self.lock:
             if event_type == DELETED:
-                self.pods.pop((pod.namespace, pod.name), None)
+                self.pods.pop(key, None)
+                self.pod_workloads.pop(key, None)
+                return
+            self.pods[key] = pod
+            if workload_label_value:
+                self.pod_workloads[key] = workload_label_value
             else:
-                self.pods[(pod.namespace, pod.name)] = pod
+                self.pod_workloads.pop(key, None)
 
     def on_queue(self, event_type: str, queue: Queue) -> None:
         with self.lock:
@@ -83,11 +89,12 @@ class ClusterIndex:
                 job_uid = ""
             if not queue and group is not None:
                 queue = group.queue
+            labelled = self.pod_workloads.get((namespace, pod))
         return PodInfo(
             job_uid=job_uid,
             job_name=job_name,
             namespace=namespace,
-            workload=workload_name(job_name, None, self.workload_label) if job_name else "",
+            workload=labelled or (workload_name(job_name) if job_name else ""),
             task=view.task,
             queue=queue,
             phase=view.phase,

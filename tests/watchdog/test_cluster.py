@@ -1,0 +1,61 @@
+"""Attribution of pods to runs, tasks, queues and workloads (what a usage sample is charged to)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from exporter.kube.informer import ADDED, DELETED
+from exporter.model import parse_job, parse_pod, parse_podgroup
+from tests.exporter import objects
+from watchdog.app import Watchdog
+from watchdog.cluster import ClusterIndex
+from watchdog.config import load
+from watchdog.db.engine import make_engine
+
+
+def kubeflow_pod() -> dict[str, Any]:
+    return {"metadata": {"name": "bert-worker-0", "namespace": "nlp", "uid": "p1", "labels": {"team": "nlp-x"},
+                         "annotations": {"scheduling.k8s.io/group-name": "bert"}},
+            "spec": {"schedulerName": "volcano",
+                     "containers": [{"name": "c", "resources": {"requests": {"cpu": "2", "nvidia.com/gpu": 1}}}]},
+            "status": {"phase": "Running"}}
+
+
+def test_volcano_job_pods_are_charged_to_their_job_run() -> None:
+    index = ClusterIndex()
+    pod = parse_pod(objects.volcano_pod())
+    index.on_job(ADDED, parse_job({**objects.full_job(), "metadata": {**objects.full_job()["metadata"],
+                                                                      "name": pod.job_name, "namespace": pod.namespace,
+                                                                      "uid": "run-uid"}}))
+    index.on_pod(ADDED, pod)
+    info = index.pod_info(pod.namespace, pod.name)
+    assert info is not None and info.job_uid == "run-uid" and info.job_name == pod.job_name
+    assert info.queue == pod.queue and info.task == pod.task and info.workload
+    assert index.pod_info(pod.namespace, "unknown") is None
+
+
+def test_kubeflow_pods_are_charged_to_their_podgroup_and_its_owner() -> None:
+    index = ClusterIndex()
+    index.on_podgroup(ADDED, parse_podgroup(objects.kubeflow_podgroup()))
+    index.on_pod(ADDED, parse_pod(kubeflow_pod()))
+    info = index.pod_info("nlp", "bert-worker-0")
+    assert info is not None
+    assert (info.job_uid, info.job_name, info.queue, info.workload, info.gpus) == ("pg-uid", "bert", "nlp", "bert", 1)
+    index.on_pod(DELETED, parse_pod(kubeflow_pod()))
+    assert index.pod_info("nlp", "bert-worker-0") is None
+
+
+def test_a_configured_workload_label_names_the_workload(tmp_path: Path) -> None:
+    settings = load(None, environ={}, database_url=f"sqlite:///{tmp_path / 'w.db'}",
+                    recommendations={"workload_label": "team"})
+    watchdog = Watchdog(settings, make_engine(settings.database_url), None)
+    pod, value = watchdog._pod_view(kubeflow_pod())
+    assert value == "nlp-x"
+    index = ClusterIndex()
+    index.on_podgroup(ADDED, parse_podgroup(objects.kubeflow_podgroup()))
+    index.on_pod(ADDED, pod, value)
+    info = index.pod_info("nlp", "bert-worker-0")
+    assert info is not None and info.workload == "nlp-x"
+    unlabelled = Watchdog(load(None, environ={}, database_url=settings.database_url), watchdog.engine, None)
+    assert unlabelled._pod_view(kubeflow_pod())[1] == ""
