@@ -43,11 +43,11 @@ from watchdog.recommend import HistogramBook
 from watchdog.usage.metrics_api import MetricsApiCollector
 from watchdog.usage.prometheus import PrometheusCollector
 from watchdog.usage.recorder import UsageRecorder
-from watchdog.usage.samples import UsageSample
 
 log = logging.getLogger(__name__)
 
 QUEUE_LIMIT = 200_000
+UsageSource = MetricsApiCollector | PrometheusCollector
 BATCH = 2_000
 
 
@@ -116,19 +116,19 @@ class Watchdog:
         self._started = threading.Event()
         self.informers: list[Informer[Any]] = []
         self.collectors: dict[str, CollectorStats] = {}
-        self._collect: list[tuple[str, float, Callable[[], list[UsageSample]]]] = []
+        self._sources: list[tuple[str, float, UsageSource]] = []
         if api is not None:
             self._add_informers(api, informer_backoff)
-            source = settings.sources.metrics_api
-            self.collectors["metrics_api"] = CollectorStats(source.enabled)
-            if source.enabled:
-                metrics_api = MetricsApiCollector(api, settings.namespaces)
-                self._collect.append(("metrics_api", source.interval_seconds, metrics_api.collect))
+        source = settings.sources.metrics_api
+        self.collectors["metrics_api"] = CollectorStats(source.enabled and api is not None)
+        if source.enabled and api is not None:
+            metrics_api = MetricsApiCollector(api, settings.namespaces)
+            self._sources.append(("metrics_api", source.interval_seconds, metrics_api))
         prom = settings.sources.prometheus
         self.collectors["prometheus"] = CollectorStats(prom.enabled)
         if prom.enabled:
             prometheus = PrometheusCollector(prom, settings.namespaces)
-            self._collect.append(("prometheus", prom.interval_seconds, lambda: prometheus.collect(self.clock())))
+            self._sources.append(("prometheus", prom.interval_seconds, prometheus))
 
     # ---- wiring -----------------------------------------------------------------------------------------
 
@@ -174,8 +174,8 @@ class Watchdog:
             self.alerts.load(session)
             self.histograms.load(session)
         self._spawn("watchdog-worker", self._worker)
-        for name, interval, collect in self._collect:
-            self._spawn(f"collector-{name}", functools.partial(self._collector, name, interval, collect))
+        for name, interval, source in self._sources:
+            self._spawn(f"collector-{name}", functools.partial(self._collector, name, interval, source))
         for informer in self.informers:
             informer.start()
         return self
@@ -209,21 +209,23 @@ class Watchdog:
 
     # ---- collectors ---------------------------------------------------------------------------------------
 
-    def _collector(self, name: str, interval: float, collect: Callable[[], list[UsageSample]]) -> None:
+    def _collector(self, name: str, interval: float, source: UsageSource) -> None:
+        """Poll one usage source. Its own counters say how it is doing (a failed request is counted
+        there and yields no samples); an exception escaping it is a bug, counted here."""
         stats = self.collectors[name]
+        crashes = 0
         while not self._stop.is_set():
             started = time.monotonic()
             try:
-                samples = collect()
+                samples = (source.collect(self.clock()) if isinstance(source, PrometheusCollector)
+                           else source.collect())
             except Exception:  # a collector bug must not stop collection
-                stats.errors += 1
+                crashes += 1
                 log.exception("usage collector %s failed", name)
                 samples = []
-            errors = getattr(getattr(collect, "__self__", None), "errors", None)
-            if isinstance(errors, Counter):
-                stats.errors = max(stats.errors, sum(errors.values()))
+            stats.errors = sum(source.errors.values()) + crashes
+            stats.last_success = source.last_success
             if samples:
-                stats.last_success = self.clock()
                 stats.samples += len(samples)
                 self.enqueue("samples", name, samples)
             self._stop.wait(max(0.0, interval - (time.monotonic() - started)))

@@ -1,0 +1,28 @@
+"""The watchdog's wiring: what its collectors report reaches its health and /metrics."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from tests.simtools import wait_for
+from tests.watchdog.test_crash import free_port
+from watchdog.app import Intervals, Watchdog
+from watchdog.config import load
+from watchdog.db.engine import make_engine
+
+
+def test_prometheus_down_is_counted_and_collection_goes_on(tmp_path: Path) -> None:
+    settings = load(None, environ={}, database_url=f"sqlite:///{tmp_path / 'w.db'}", sources={
+        "metrics_api": {"enabled": False},
+        "prometheus": {"enabled": True, "url": f"http://127.0.0.1:{free_port()}", "interval_seconds": 0.1,
+                       "timeout_seconds": 1}})
+    engine = make_engine(settings.database_url)
+    watchdog = Watchdog(settings, engine, None, Intervals(checks=0.2, waste=0.4, flush=0.2)).start()
+    try:
+        stats = watchdog.collectors["prometheus"]
+        wait_for(lambda: stats.errors >= 3, timeout=20)  # it keeps polling after each failure
+        assert stats.enabled and stats.last_success is None and stats.samples == 0
+        assert watchdog.collectors["metrics_api"].enabled is False
+    finally:
+        watchdog.stop()
+        engine.dispose()
