@@ -10,6 +10,7 @@ import sys
 from collections.abc import Iterator
 from datetime import UTC, datetime
 
+from sqlalchemy import Engine
 from sqlalchemy.exc import SQLAlchemyError
 from sqlalchemy.orm import Session
 
@@ -47,6 +48,12 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+def database_failure(doing: str, engine: Engine, exc: SQLAlchemyError) -> int:
+    """One line (no password, no SQL) and exit code 1."""
+    print(f"volcano-watchdog: cannot {doing} {display_url(engine)}: {describe_error(exc)}", file=sys.stderr)
+    return 1
+
+
 def run_recommend(settings: Settings, namespace: str | None, output: str) -> int:
     engine = make_engine(settings.database_url)
     try:
@@ -54,9 +61,7 @@ def run_recommend(settings: Settings, namespace: str | None, output: str) -> int
         with Session(engine) as session:
             found = compute_recommendations(session, settings.recommendations, datetime.now(UTC), namespace)
     except SQLAlchemyError as exc:
-        print(f"volcano-watchdog: cannot read {display_url(engine)}: "
-              f"{describe_error(exc)}", file=sys.stderr)
-        return 1
+        return database_failure("read", engine, exc)
     finally:
         engine.dispose()
     print(render(found, output), end="")
@@ -82,10 +87,7 @@ def run_watchdog(settings: Settings) -> int:
     try:
         watchdog.start()
     except SQLAlchemyError as exc:
-        print(f"volcano-watchdog: cannot prepare the database "
-              f"{display_url(engine)}: "
-              f"{describe_error(exc)}", file=sys.stderr)
-        return 1
+        return database_failure("prepare", engine, exc)
 
     def collectors() -> dict[str, CollectorHealth]:
         return {name: CollectorHealth(c.enabled, c.last_success, c.errors, c.samples)
@@ -115,9 +117,7 @@ def run_migrate(settings: Settings) -> int:
         with engine.connect() as connection:
             revision = connection.exec_driver_sql("SELECT version_num FROM alembic_version").scalar()
     except SQLAlchemyError as exc:
-        print(f"volcano-watchdog: cannot migrate {display_url(engine)}: "
-              f"{describe_error(exc)}", file=sys.stderr)
-        return 1
+        return database_failure("migrate", engine, exc)
     finally:
         engine.dispose()
     print(f"volcano-watchdog: database schema is at revision {revision}")
