@@ -25,7 +25,7 @@ lint: install
 	$(BIN)/mypy
 
 test: lint
-	PATH="$(CURDIR)/$(BIN):$$PATH" $(BIN)/pytest
+	PATH="$(CURDIR)/$(BIN):$(CURDIR)/.tools/bin:$$PATH" $(BIN)/pytest
 
 bench: install
 	$(BIN)/python bench/informer.py

@@ -75,10 +75,31 @@ COLLECTOR_SAMPLES = Family("volcano_watchdog_collector_samples_total", "Usage sa
 DATABASE_UP = Family("volcano_watchdog_database_up", "1 when this scrape could read the database.", ())
 READY = Family("volcano_watchdog_ready", "1 when the watchdog is ready (caches synced, database migrated).", ())
 BUILD_INFO = Family("volcano_watchdog_build_info", "Version of the watchdog (1).", ("version", "python_version"))
+LEADER = Family("volcano_watchdog_leader",
+                "1 when this replica holds the leader Lease (sends messages, patches queues); 1 when leader "
+                "election is off.", ())
+NOTIFICATIONS = Family("volcano_watchdog_notifications_total",
+                       "Delivery attempts by receiver and outcome: sent, failed (will be retried), dead (gave up: "
+                       "dead letter), uncertain (a crash between send and mark: not re-sent).",
+                       ("receiver", "outcome"), COUNTER)
+OUTBOX_PENDING = Family("volcano_watchdog_notification_outbox_pending",
+                        "Messages waiting in the outbox (not yet delivered, not dead) by receiver.", ("receiver",))
+OUTBOX_OLDEST = Family("volcano_watchdog_notification_outbox_oldest_age_seconds",
+                       "Age of the oldest message waiting in the outbox, by receiver.", ("receiver",))
+DEAD_LETTERS = Family("volcano_watchdog_notification_dead_letters",
+                      "Messages that could not be delivered after every retry (kept, listed by the API).",
+                      ("receiver",))
+CAPABILITY_TARGET = Family("volcano_watchdog_queue_capability_target",
+                           "Capability the queue's policy plans, per resource (unit: cores, bytes or devices).",
+                           ("queue", "resource", "unit"))
+CAPABILITY_UPDATES = Family("volcano_watchdog_queue_capability_updates_total",
+                            "Capability plans by outcome: applied, dry_run, unchanged, held (guardrail), conflict "
+                            "(409, retried), failed.", ("queue", "outcome"), COUNTER)
 
 FAMILIES = (ALERTS, REC_CPU, REC_MEMORY, REC_CONFIDENCE, JOB_EFFICIENCY, WASTED_CORE, WASTED_MEMORY, WASTED_GPU,
             COLLECTOR_ENABLED, COLLECTOR_UP, COLLECTOR_LAST_SUCCESS, COLLECTOR_ERRORS, COLLECTOR_SAMPLES,
-            DATABASE_UP, READY, BUILD_INFO)
+            DATABASE_UP, READY, BUILD_INFO, LEADER, NOTIFICATIONS, OUTBOX_PENDING, OUTBOX_OLDEST, DEAD_LETTERS,
+            CAPABILITY_TARGET, CAPABILITY_UPDATES)
 
 
 def _section(family: Family, lines: list[str]) -> str:
