@@ -5,11 +5,12 @@ from datetime import UTC, datetime
 import pytest
 from alembic.autogenerate import compare_metadata
 from alembic.migration import MigrationContext
+from alembic.script import ScriptDirectory
 from sqlalchemy import Engine, inspect
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Session
 
-from watchdog.db.engine import make_engine, migrate
+from watchdog.db.engine import alembic_config, make_engine, migrate
 from watchdog.db.models import Alert, Base, JobRun
 
 
@@ -67,8 +68,9 @@ def test_migrate_command(database_url: str) -> None:
     result = subprocess.run([sys.executable, "-m", "watchdog.cli", "--database-url", database_url, "migrate"],
                             capture_output=True, text=True, timeout=60)
     assert result.returncode == 0, result.stderr
-    assert "revision 0002" in result.stdout
     engine = make_engine(database_url)
+    head = ScriptDirectory.from_config(alembic_config(engine)).get_current_head()
+    assert f"revision {head}" in result.stdout
     assert "job_runs" in inspect(engine).get_table_names()
     engine.dispose()
 

@@ -10,7 +10,20 @@ from __future__ import annotations
 from datetime import UTC, datetime
 from typing import Any
 
-from sqlalchemy import JSON, BigInteger, DateTime, Dialect, Float, Index, Integer, String, Text, UniqueConstraint, text
+from sqlalchemy import (
+    JSON,
+    BigInteger,
+    DateTime,
+    Dialect,
+    Float,
+    ForeignKey,
+    Index,
+    Integer,
+    String,
+    Text,
+    UniqueConstraint,
+    text,
+)
 from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column
 from sqlalchemy.types import TypeDecorator
 
@@ -163,4 +176,80 @@ class Alert(Base):
     fired_at: Mapped[datetime | None]
     resolved_at: Mapped[datetime | None]
     last_seen_at: Mapped[datetime]
+    updated_at: Mapped[datetime]
+
+
+class NotificationGroup(Base):
+    """One message group of one route and receiver (Alertmanager's aggregation group): the alerts that
+    share the route's `group_by` label values. `flush_at`: when the next message is due (None: nothing
+    to say until an alert changes). Written in the transaction that changes an alert."""
+
+    __tablename__ = "notification_groups"
+    __table_args__ = (Index("ix_notification_groups_flush_at", "flush_at"),)
+
+    id: Mapped[int] = mapped_column(Id, primary_key=True, autoincrement=True)
+    group_key: Mapped[str] = mapped_column(String(64), unique=True)
+    receiver: Mapped[str] = mapped_column(String(64))
+    route: Mapped[str] = mapped_column(String(64))  # the route's path in the tree, e.g. "0.2"
+    labels: Mapped[dict[str, Any]]
+    flush_at: Mapped[datetime | None]
+    last_flush_at: Mapped[datetime | None]
+    created_at: Mapped[datetime]
+    updated_at: Mapped[datetime]
+
+
+class NotificationEntry(Base):
+    """An alert's latest state inside a group, and the state last put into a message (`notified_status`)."""
+
+    __tablename__ = "notification_entries"
+    __table_args__ = (UniqueConstraint("group_id", "fingerprint", name="uq_notification_entries_group_fingerprint"),)
+
+    id: Mapped[int] = mapped_column(Id, primary_key=True, autoincrement=True)
+    group_id: Mapped[int] = mapped_column(Id, ForeignKey("notification_groups.id", ondelete="CASCADE"))
+    fingerprint: Mapped[str] = mapped_column(String(64))
+    status: Mapped[str] = mapped_column(String(16))  # firing / resolved
+    notified_status: Mapped[str | None] = mapped_column(String(16))
+    alert: Mapped[dict[str, Any]]  # watchdog.notify.message.AlertItem as a dict
+    changed_at: Mapped[datetime]
+
+
+class NotificationDelivery(Base):
+    """One message in the outbox: pending -> sending -> sent, or failed attempts back to pending with a
+    later `next_attempt_at`, then dead; `uncertain` when a process died between sending and marking
+    (never sent again: the chat services have no idempotency key). Delivered in `id` order per group."""
+
+    __tablename__ = "notification_deliveries"
+    __table_args__ = (
+        Index("ix_notification_deliveries_state_next", "state", "next_attempt_at"),
+        Index("ix_notification_deliveries_group", "group_id", "id"),
+    )
+
+    id: Mapped[int] = mapped_column(Id, primary_key=True, autoincrement=True)
+    group_id: Mapped[int] = mapped_column(Id, ForeignKey("notification_groups.id", ondelete="CASCADE"))
+    receiver: Mapped[str] = mapped_column(String(64))
+    state: Mapped[str] = mapped_column(String(16))
+    message: Mapped[dict[str, Any]]  # watchdog.notify.message.Message as a dict
+    attempts: Mapped[int] = mapped_column(Integer, default=0)
+    next_attempt_at: Mapped[datetime]
+    claimed_by: Mapped[str | None] = mapped_column(String(64))
+    claimed_at: Mapped[datetime | None]
+    sent_at: Mapped[datetime | None]
+    last_error: Mapped[str] = mapped_column(Text, default="")
+    created_at: Mapped[datetime]
+    updated_at: Mapped[datetime]
+
+
+class Silence(Base):
+    """Mutes notifications of matching alerts between `starts_at` and `ends_at` (expiring sets `ends_at`)."""
+
+    __tablename__ = "silences"
+    __table_args__ = (Index("ix_silences_ends_at", "ends_at"),)
+
+    id: Mapped[int] = mapped_column(Id, primary_key=True, autoincrement=True)
+    matchers: Mapped[list[str]] = mapped_column(JSON)
+    starts_at: Mapped[datetime]
+    ends_at: Mapped[datetime]
+    created_by: Mapped[str] = mapped_column(Name, default="")
+    comment: Mapped[str] = mapped_column(Text, default="")
+    created_at: Mapped[datetime]
     updated_at: Mapped[datetime]
