@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import re
 from pathlib import Path
 from typing import Any
 
@@ -16,9 +17,13 @@ import yaml
 from pydantic import BaseModel, ConfigDict, Field, SecretStr, ValidationError, field_validator
 
 from exporter.flags import host_port
+from watchdog.notify.settings import LeaderElection, Notifications
 
 ENV_PREFIX = "VOLCANO_WATCHDOG_"
 CLI_ONLY_ENV = {"VOLCANO_WATCHDOG_CONFIG", "VOLCANO_WATCHDOG_LOG_LEVEL"}
+
+
+_SECRET_KEY = re.compile(r"url|secret|token|password|key", re.IGNORECASE)
 
 
 class ConfigError(Exception):
@@ -124,6 +129,8 @@ class Settings(Section):
     retention: Retention = Retention()
     detectors: Detectors = Detectors()
     recommendations: Recommendations = Recommendations()
+    notifications: Notifications = Notifications()
+    leader_election: LeaderElection = LeaderElection()
 
     @field_validator("listen")
     @classmethod
@@ -145,7 +152,13 @@ class Settings(Section):
 def _describe(error: ValidationError) -> str:
     first = error.errors()[0]
     key = ".".join(str(part) for part in first["loc"]) or "(top level)"
-    return f"{key}: {first['msg']}" + (f" (got {first['input']!r:.80})" if "input" in first else "")
+    message = f"{key}: {first['msg']}"
+    # Show what was given only when it is a plain value that cannot be a credential (webhook URLs
+    # carry tokens; a section's dict would carry them too).
+    given = first.get("input")
+    if isinstance(given, str | int | float | bool) and not _SECRET_KEY.search(key):
+        message += f" (got {given!r:.80})"
+    return message
 
 
 def _deep_merge(base: dict[str, Any], over: dict[str, Any]) -> dict[str, Any]:

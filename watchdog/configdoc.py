@@ -40,10 +40,10 @@ def _default(value: Any) -> str:
 def _rows(model: type[BaseModel], prefix: str = "") -> list[str]:
     rows = []
     for name, field in model.model_fields.items():
-        key = f"{prefix}{name}"
+        key = f"{prefix}{field.alias or name}"
         annotation = field.annotation
         if isinstance(annotation, type) and issubclass(annotation, BaseModel):
-            rows.append(f"| **{key}** | | | {(annotation.__doc__ or '').strip()} |")
+            rows.append(f"| **{key}** | | | {' '.join((annotation.__doc__ or '').split())} |")
             rows.extend(_rows(annotation, key + "."))
             continue
         env = ENV_PREFIX + key.upper().replace(".", "__")
