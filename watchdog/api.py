@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import hmac
 import logging
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from typing import Annotated, Any, Literal, cast
@@ -33,6 +33,8 @@ from watchdog import recommend
 from watchdog.config import Settings
 from watchdog.db.models import Alert, JobRun, UsageRollup
 from watchdog.metrics import CONTENT_TYPE, RecommendationCache, render_metrics
+from watchdog.notify.api import add_notification_routes
+from watchdog.notify.outbox import Outbox
 
 log = logging.getLogger(__name__)
 
@@ -54,6 +56,10 @@ class CollectorHealth:
 class Health:
     ready: Callable[[], bool]
     collectors: Callable[[], dict[str, CollectorHealth]]
+    leader: Callable[[], bool] = lambda: True
+    # (receiver, outcome) -> deliveries since start; every configured receiver appears (zeros included)
+    notifications: Callable[[], dict[tuple[str, str], int]] = dict
+    extra_metrics: Callable[[], str] = str  # more families, already rendered (queue capability)
 
 
 @dataclass
@@ -282,7 +288,12 @@ def queue_usage(session: Session, now: datetime) -> tuple[datetime | None, int |
 
 
 def create_app(engine: Engine, settings: Settings, health: Health, clock: Callable[[], datetime] = utcnow,
-               queues: Callable[[], list[QueueView]] = list, recommendation_ttl_seconds: float = 300.0) -> FastAPI:
+               queues: Callable[[], list[QueueView]] = list, recommendation_ttl_seconds: float = 300.0,
+               outbox: Outbox | None = None, wake_notifier: Callable[[], None] = lambda: None,
+               routers: Sequence[APIRouter] = ()) -> FastAPI:
+    """The watchdog's HTTP app. `outbox`: notifications (the Alertmanager receiver, silences, the
+    outbox); `wake_notifier` is called when the receiver enqueued something; `routers`: more read-only
+    routes (queue capability)."""
     app = FastAPI(title="volcano-watchdog", version="1",
                   description="Alerts, the job ledger, request recommendations and queue usage of a Volcano cluster.")
     require_token = token_guard(settings)
@@ -403,6 +414,11 @@ def create_app(engine: Engine, settings: Settings, health: Health, clock: Callab
                                                                  view.capability.get("memory", 0.0))))
         return out
 
+    read = APIRouter()
+    add_notification_routes(app, read, writes, engine, outbox, clock, wake_notifier)
+    app.include_router(read)
+    for router in routers:
+        app.include_router(router)
     app.include_router(writes)
     check_writes_guarded(app, require_token)
     return app

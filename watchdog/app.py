@@ -29,17 +29,21 @@ from exporter.kube.informer import DELETED, Backoff, Informer
 from exporter.kube.resources import JOBS, PODGROUPS, PODS, QUEUES, ResourceKind
 from exporter.model import Job, Pod, PodGroup, Queue, parse_job, parse_pod, parse_podgroup, parse_queue
 from exporter.podview import is_volcano_pod
-from watchdog.alerts import AlertBook, Transition
+from watchdog.alerts import FIRING, RESOLVED, AlertBook, Transition
 from watchdog.cluster import ClusterIndex
 from watchdog.config import Settings
 from watchdog.db.engine import describe_error, migrate
+from watchdog.db.models import Alert
 from watchdog.detectors.base import Signal
 from watchdog.detectors.failure import FailureDetector
 from watchdog.detectors.gang import GangDetector
 from watchdog.detectors.queue import QueueDetector
 from watchdog.detectors.waste import WasteDetector
 from watchdog.ledger import Ledger, enforce_retention
-from watchdog.recommend import HistogramBook
+from watchdog.notify.describe import alert_item
+from watchdog.notify.outbox import Outbox
+from watchdog.notify.sender import Leader, Notifier
+from watchdog.recommend import HistogramBook, Recommendation
 from watchdog.usage.metrics_api import MetricsApiCollector
 from watchdog.usage.prometheus import PrometheusCollector
 from watchdog.usage.recorder import UsageRecorder
@@ -86,7 +90,7 @@ class WorkerStats:
 class Watchdog:
     def __init__(self, settings: Settings, engine: Engine, api: client.ApiClient | None,
                  intervals: Intervals | None = None, clock: Callable[[], float] = time.time,
-                 informer_backoff: tuple[float, float] = (0.5, 30.0)) -> None:
+                 informer_backoff: tuple[float, float] = (0.5, 30.0), leader: Leader | None = None) -> None:
         self.settings = settings
         self.engine = engine
         self.clock = clock
@@ -108,7 +112,12 @@ class Watchdog:
         self._reconciled = False  # failure alerts of objects deleted while we were down are resolved once
         self.alerts = AlertBook()
         self.stats = WorkerStats()
-        self.transitions: list[Transition] = []  # recent, for the notifier of a later issue
+        self.transitions: list[Transition] = []  # recent ones, for tests and debugging
+        # Notifications: the worker writes alert changes into the outbox in the same transaction as
+        # the change itself; the notifier thread (on the leader) makes and sends the messages.
+        self.outbox = Outbox(settings.notifications, settings.grafana_url)
+        self.notifier = Notifier(self.outbox, engine, settings.notifications.delivery, leader, clock)
+        self._enqueued = False
         self._ooms_seen: set[tuple[str, str, int, bool]] = set()
         self._work: queue.Queue[tuple[str, str, Any]] = queue.Queue(maxsize=QUEUE_LIMIT)
         self._stop = threading.Event()
@@ -174,6 +183,7 @@ class Watchdog:
             self.alerts.load(session)
             self.histograms.load(session)
         self._spawn("watchdog-worker", self._worker)
+        self.notifier.start()
         for name, interval, source in self._sources:
             self._spawn(f"collector-{name}", functools.partial(self._collector, name, interval, source))
         for informer in self.informers:
@@ -191,6 +201,7 @@ class Watchdog:
             informer.stop()
         for thread in self._threads:
             thread.join(10)
+        self.notifier.stop()
         try:  # what the worker holds in memory (the open usage bucket, histogram changes)
             with Session(self.engine) as session, session.begin():
                 now = datetime.fromtimestamp(self.clock(), UTC)
@@ -284,8 +295,11 @@ class Watchdog:
         backoff = Backoff(0.5, 30.0)
         while not self._stop.is_set():
             try:
+                self._enqueued = False
                 self._transaction(batch, periodic)
                 self.stats.batches += 1
+                if self._enqueued:
+                    self.notifier.wake()
                 return
             except (OperationalError, InterfaceError) as exc:
                 self._rolled_back(exc)
@@ -311,7 +325,10 @@ class Watchdog:
         items += [([], [task]) for task in periodic]
         for events, tasks in items:
             try:
+                self._enqueued = False
                 self._transaction(events, tasks)
+                if self._enqueued:
+                    self.notifier.wake()
             except SQLAlchemyError as exc:
                 self._rolled_back(exc)
                 self.stats.skipped += 1
@@ -356,7 +373,7 @@ class Watchdog:
         elif what == "samples":
             self.recorder.ingest(obj, self.index.pod_info)
         if signals:
-            self._record(self.alerts.apply(signals, session, now))
+            self._record(self.alerts.apply(signals, session, now), session, now)
 
     def _note_ooms(self, event_type: str, pod: Pod) -> None:
         """An OOM kill raises the workload's memory recommendation (VPA's OOM bump), once per kill."""
@@ -378,12 +395,13 @@ class Watchdog:
     def _periodic(self, task: str, session: Session, now: datetime) -> None:
         ts = now.timestamp()
         if task == "checks":
-            self._record(self.alerts.apply_round(GangDetector.KINDS, self.gangs.check(ts), session, now))
-            self._record(self.alerts.apply_round(QueueDetector.KINDS, self.queues.check(ts), session, now))
+            self._round(GangDetector.KINDS, self.gangs.check(ts), session, now)
+            self._round(QueueDetector.KINDS, self.queues.check(ts), session, now)
         elif task == "waste":
-            self._record(self.alerts.apply_round(WasteDetector.KINDS, self.waste.check(session, now), session, now))
+            self._round(WasteDetector.KINDS, self.waste.check(session, now), session, now)
         elif task == "reconcile":  # after the first full sync: what was deleted while we were down
-            self._record(self.alerts.resolve_missing(FailureDetector.KINDS, self.failures.active(), session, now))
+            self._record(self.alerts.resolve_missing(FailureDetector.KINDS, self.failures.active(), session, now),
+                         session, now)
             self.ledger.mark_gone(session, self.index.live_run_uids(), now)
         elif task == "flush":
             self.recorder.flush(session, now)
@@ -393,9 +411,30 @@ class Watchdog:
             if any(removed.values()):
                 log.info("retention removed %s", removed)
 
-    def _record(self, transitions: list[Transition]) -> None:
-        if transitions:
-            self.stats.transitions += len(transitions)
-            self.transitions = (self.transitions + transitions)[-1000:]
-            for t in transitions:
-                log.info("alert %s %s: %s -> %s", t.kind, t.fingerprint, t.old_state, t.new_state)
+    def _round(self, kinds: frozenset[str], signals: list[Signal], session: Session, now: datetime) -> None:
+        self._record(self.alerts.apply_round(kinds, signals, session, now), session, now)
+
+    def _record(self, transitions: list[Transition], session: Session, now: datetime) -> None:
+        if not transitions:
+            return
+        self.stats.transitions += len(transitions)
+        self.transitions = (self.transitions + transitions)[-1000:]
+        for t in transitions:
+            log.info("alert %s %s: %s -> %s", t.kind, t.fingerprint, t.old_state, t.new_state)
+            told = FIRING if t.new_state == FIRING else RESOLVED if t.old_state == FIRING else None
+            if told is None or not self.outbox.enabled:
+                continue  # pending, or resolved before it fired: nobody was told
+            row = session.get(Alert, t.alert_id)
+            if row is not None:
+                item = alert_item(row, told, api_url=self.settings.notifications.api_url,
+                                  recommender=self._recommendations, workload_of=self._workload_of)
+                self._enqueued = self.outbox.enqueue(session, item, now) > 0 or self._enqueued
+
+    def _recommendations(self, namespace: str, workload: str, task: str, container: str) -> list[Recommendation]:
+        now = datetime.fromtimestamp(self.clock(), UTC)
+        return [r for r in self.histograms.for_workload(namespace, workload, now)
+                if (not task or r.task == task) and (not container or r.container == container)]
+
+    def _workload_of(self, namespace: str, pod: str) -> tuple[str, str]:
+        info = self.index.pod_info(namespace, pod)
+        return (info.workload, info.task) if info is not None else ("", "")

@@ -44,6 +44,8 @@ def build_parser() -> argparse.ArgumentParser:
     recommend = commands.add_parser("recommend", help="print request recommendations from the stored history")
     recommend.add_argument("--namespace", help="only this namespace")
     recommend.add_argument("-o", "--output", choices=["table", "json", "yaml"], default="table")
+    test = commands.add_parser("notify-test", help="send a sample message to one receiver, to check its webhook")
+    test.add_argument("--receiver", required=True, help="receiver name from the notifications configuration")
     parser.set_defaults(command="run")
     return parser
 
@@ -96,7 +98,16 @@ def run_watchdog(settings: Settings) -> int:
     def queues() -> list[QueueView]:
         return [QueueView(*row) for row in watchdog.index.queue_snapshot()]
 
-    app = create_app(engine, settings, Health(watchdog.ready, collectors), queues=queues)
+    def notifications() -> dict[tuple[str, str], int]:
+        counts = {(name, outcome): 0 for name in watchdog.outbox.receivers
+                  for outcome in ("sent", "failed", "dead", "uncertain")}
+        counts.update(watchdog.notifier.stats.outcomes)
+        return counts
+
+    health = Health(watchdog.ready, collectors, leader=watchdog.notifier.leader.is_leader,
+                    notifications=notifications)
+    app = create_app(engine, settings, health, queues=queues, outbox=watchdog.outbox,
+                     wake_notifier=watchdog.notifier.wake)
     host, port = host_port(settings.listen)
     log.info("serving the API on %s:%d (database %s)", host, port, display_url(engine))
     server = QuietServer(uvicorn.Config(app, host=host, port=port, log_level="warning", access_log=False))
@@ -108,6 +119,31 @@ def run_watchdog(settings: Settings) -> int:
         watchdog.stop()
         engine.dispose()
     return 0 if server.started else 1
+
+
+def run_notify_test(settings: Settings, receiver_name: str) -> int:
+    """Send a sample message straight to one receiver (not through the outbox) and say how it went."""
+    import time
+
+    import httpx
+
+    from watchdog.notify.channels import build_channel, send
+    from watchdog.notify.sample import sample_message
+
+    receivers = {r.name: r for r in settings.notifications.receivers}
+    receiver = receivers.get(receiver_name)
+    if receiver is None:
+        known = ", ".join(sorted(receivers)) or "none configured"
+        print(f"volcano-watchdog: no receiver named {receiver_name!r} (receivers: {known})", file=sys.stderr)
+        return 2
+    message = sample_message(receiver.name, settings.grafana_url, settings.notifications.api_url)
+    with httpx.Client(timeout=settings.notifications.delivery.timeout_seconds) as client:
+        result = send(build_channel(receiver), message, client, time.time())
+    if result.ok:
+        print(f"volcano-watchdog: sample message delivered to {receiver.name} ({receiver.kind})")
+        return 0
+    print(f"volcano-watchdog: delivery to {receiver.name} ({receiver.kind}) failed: {result.error}", file=sys.stderr)
+    return 1
 
 
 def run_migrate(settings: Settings) -> int:
@@ -136,6 +172,8 @@ def main(argv: list[str] | None = None) -> int:
     logging.basicConfig(level=args.log_level, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     if args.command == "migrate":
         return run_migrate(settings)
+    if args.command == "notify-test":
+        return run_notify_test(settings, args.receiver)
     if args.command == "recommend":
         return run_recommend(settings, args.namespace, args.output)
     return run_watchdog(settings)

@@ -17,8 +17,9 @@ import logging
 import platform
 import threading
 import time
+from collections.abc import Callable
 from datetime import datetime, timedelta
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, TypeVar
 
 from sqlalchemy import ColumnElement, case, func, select
 from sqlalchemy.exc import SQLAlchemyError
@@ -28,6 +29,7 @@ from exporter.families.base import COUNTER, Family
 from exporter.selfmetrics import version
 from watchdog import recommend
 from watchdog.db.models import Alert, JobRun
+from watchdog.notify.outbox import outbox_counts
 
 if TYPE_CHECKING:
     from watchdog.api import Health
@@ -35,6 +37,7 @@ if TYPE_CHECKING:
     from watchdog.recommend import Recommendation
 
 log = logging.getLogger(__name__)
+T = TypeVar("T")
 
 CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
 EFFICIENCY_WINDOW = timedelta(hours=24)
@@ -185,6 +188,39 @@ def _collectors(health: Health, now: datetime) -> str:
             + _section(COLLECTOR_SAMPLES, samples))
 
 
+def _callback(function: Callable[[], T], what: str, default: T) -> T:
+    try:
+        return function()
+    except Exception as exc:  # the app's callback; a scrape must still answer
+        log.warning("%s unavailable (%s): %s", what, type(exc).__name__, exc)
+        return default
+
+
+def _notifications(session: Session, health: Health, now: datetime, database_up: bool) -> str:
+    outcomes: dict[tuple[str, str], int] = _callback(health.notifications, "notification counters", {})
+    receivers = sorted({receiver for receiver, _ in outcomes})
+    counts: dict[tuple[str, str], tuple[int, datetime | None]] = {}
+    if database_up:
+        try:
+            counts = outbox_counts(session)
+        except SQLAlchemyError as exc:
+            session.rollback()
+            log.warning("/metrics: outbox unreadable (%s)", type(exc).__name__)
+    receivers = sorted(set(receivers) | {receiver for receiver, _ in counts})
+    sent = [NOTIFICATIONS.line(key, outcomes[key]) for key in sorted(outcomes)]
+    pending, oldest, dead = [], [], []
+    for receiver in receivers:
+        waiting = [counts[(receiver, state)] for state in ("pending", "sending") if (receiver, state) in counts]
+        pending.append(OUTBOX_PENDING.line((receiver,), sum(n for n, _ in waiting)))
+        times = [t for _, t in waiting if t is not None]
+        oldest.append(OUTBOX_OLDEST.line((receiver,), max(0.0, (now - min(times)).total_seconds()) if times else 0))
+        dead.append(DEAD_LETTERS.line((receiver,), counts.get((receiver, "dead"), (0, None))[0]))
+    if not database_up:
+        pending, oldest, dead = [], [], []
+    return (_section(NOTIFICATIONS, sent) + _section(OUTBOX_PENDING, pending) + _section(OUTBOX_OLDEST, oldest)
+            + _section(DEAD_LETTERS, dead))
+
+
 class RecommendationCache:
     """Recommendations for /metrics, recomputed at most every `ttl_seconds`; one computation at a time."""
 
@@ -224,12 +260,16 @@ def render_metrics(session: Session, health: Health, now: datetime,
     if recommendations is not None:
         parts.append(_recommendations(recommendations))
     parts.append(_collectors(health, now))
+    parts.append(_notifications(session, health, now, database_up == 1))
+    parts.append(_callback(health.extra_metrics, "extra metrics", ""))
     try:
         ready = bool(health.ready())
     except Exception as exc:
         log.warning("readiness check failed (%s): %s", type(exc).__name__, exc)
         ready = False
-    parts += [_section(DATABASE_UP, [DATABASE_UP.line((), database_up)]),
+    leader = _callback(health.leader, "leadership", False)
+    parts += [_section(LEADER, [LEADER.line((), int(bool(leader)))]),
+              _section(DATABASE_UP, [DATABASE_UP.line((), database_up)]),
               _section(READY, [READY.line((), int(ready))]),
               _section(BUILD_INFO, [BUILD_INFO.line((version(), platform.python_version()), 1)])]
     log.debug("/metrics rendered in %.1f ms", (time.perf_counter() - started) * 1000)

@@ -315,6 +315,12 @@ class HistogramBook:
         return _recommendation((namespace, workload, task, container), entry,
                                entry.estimate(self.settings, now.timestamp(), samples_per_day))
 
+    def for_workload(self, namespace: str, workload: str, now: datetime) -> list[Recommendation]:
+        """Every task x container recommendation of one workload (for messages about it)."""
+        keys = sorted(k for k in self._entries if k[0] == namespace and k[1] == workload)
+        found = (self.recommendation(*key, now) for key in keys[:20])
+        return [rec for rec in found if rec is not None]
+
     def load(self, session: Session) -> None:
         """Read every stored row. Keys changed in memory since the last flush keep their newer state."""
         for row in session.execute(select(*_COLUMNS)):

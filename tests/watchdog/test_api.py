@@ -218,8 +218,11 @@ def guarded_app(engine: Engine) -> tuple[FastAPI, Any]:
     app = client_for(engine).app
     assert isinstance(app, FastAPI)
     writes = [r for r in route_table(app) if r.methods - {"GET", "HEAD"}]
-    assert [r.path for r in writes] == ["/api/v1/alerts/{alert_id}/resolve"]
+    assert sorted(r.path for r in writes) == [
+        "/api/v1/alertmanager", "/api/v1/alerts/{alert_id}/resolve", "/api/v1/notifications/{delivery_id}/retry",
+        "/api/v1/silences", "/api/v1/silences/{silence_id}"]
     guard = next(call for call in writes[0].dependencies if getattr(call, "__name__", "") == "require_token")
+    assert all(guard in r.dependencies for r in writes)
     check_writes_guarded(app, guard)
     return app, guard
 
@@ -266,7 +269,9 @@ def test_openapi_documents_every_route(engine: Engine) -> None:
     spec = client.get("/openapi.json").json()
     expected = {"/healthz", "/readyz", "/metrics", "/api/v1/alerts", "/api/v1/alerts/{alert_id}",
                 "/api/v1/alerts/{alert_id}/resolve", "/api/v1/jobs", "/api/v1/jobs/{uid}",
-                "/api/v1/recommendations", "/api/v1/queues"}
+                "/api/v1/recommendations", "/api/v1/queues", "/api/v1/alertmanager", "/api/v1/silences",
+                "/api/v1/silences/{silence_id}", "/api/v1/notifications", "/api/v1/notifications/{delivery_id}/retry",
+                "/api/v1/receivers"}
     assert isinstance(client.app, FastAPI)
     routes = {r.path for r in route_table(client.app)} - {"/openapi.json", "/docs", "/docs/oauth2-redirect", "/redoc"}
     assert routes == expected and set(spec["paths"]) == expected

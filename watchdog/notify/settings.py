@@ -141,7 +141,8 @@ class Mentions(_Section):
     """Who to mention for a namespace or queue, per service's own id."""
 
     slack_user_ids: list[str] = Field(default_factory=list, description="Slack member ids (U...).")
-    mobiles: list[str] = Field(default_factory=list, description="Phone numbers (DingTalk @, WeCom mentioned_mobile_list).")
+    mobiles: list[str] = Field(default_factory=list,
+                               description="Phone numbers (DingTalk @, WeCom mentioned_mobile_list).")
     feishu_open_ids: list[str] = Field(default_factory=list, description="Feishu/Lark open_ids (ou_...).")
     wecom_user_ids: list[str] = Field(default_factory=list, description="WeCom user ids.")
     emails: list[str] = Field(default_factory=list, description="Teams (mention by UPN/email).")

@@ -1,0 +1,153 @@
+"""The outbox's timing (group_wait, group_interval, repeat_interval), resolved messages, silences and
+per-group order, on SQLite and PostgreSQL, with the clock in the test's hands."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+from sqlalchemy import Engine, select
+from sqlalchemy.orm import Session
+
+from watchdog.config import load
+from watchdog.db.models import NotificationDelivery, Silence
+from watchdog.notify import outbox as ob
+from watchdog.notify.message import AlertItem, Message
+from watchdog.notify.outbox import Outbox
+
+T0 = datetime(2026, 11, 24, 12, 0, tzinfo=UTC)
+
+
+def make_outbox(route: dict[str, Any] | None = None, **receiver: Any) -> Outbox:
+    settings = load(None, environ={}, notifications={
+        "receivers": [{"name": "chat", "webhook": {"url": "http://127.0.0.1:1/x"}, **receiver},
+                      {"name": "oncall", "webhook": {"url": "http://127.0.0.1:1/y"}}],
+        "route": route or {"receiver": "chat", "group_by": ["alertname", "queue"], "group_wait": "30s",
+                           "group_interval": "5m", "repeat_interval": "4h"},
+        "owners": {"namespaces": {"team-a": {"slack_user_ids": ["U1"]}}, "queues": {"prod": {"mobiles": ["138"]}}},
+        "api_url": "http://watchdog:9747"}).notifications
+    return Outbox(settings, grafana_url="http://grafana")
+
+
+def alert(name: str, status: str = "firing", queue: str = "prod", severity: str = "critical") -> AlertItem:
+    return AlertItem(kind="JobFailed", severity=severity, status=status, summary=f"Job team-a/{name} Failed",
+                     namespace="team-a", queue=queue, job_name=name, fingerprint=f"fp-{name}")
+
+
+def at(seconds: float) -> datetime:
+    return T0 + timedelta(seconds=seconds)
+
+
+def step(engine: Engine, box: Outbox, seconds: float, *enqueue: AlertItem) -> list[Message]:
+    """Enqueue at T0+seconds, flush what is due then, return the messages made (and mark them sent)."""
+    now = at(seconds)
+    with Session(engine) as session, session.begin():
+        for item in enqueue:
+            box.enqueue(session, item, now)
+        box.flush_due(session, now)
+        made = [d for d in session.scalars(select(NotificationDelivery).where(NotificationDelivery.state == "pending")
+                                           .order_by(NotificationDelivery.id))]
+        for d in made:
+            d.state = "sent"
+        return [Message.from_dict(d.message) for d in made]
+
+
+def firing_names(message: Message) -> list[str]:
+    return sorted(a.job_name for a in message.firing)
+
+
+def test_group_wait_interval_and_repeat(engine: Engine) -> None:
+    box = make_outbox()
+    assert step(engine, box, 0, alert("a")) == []
+    assert step(engine, box, 10, alert("b")) == []  # joins the group during group_wait
+    [first] = step(engine, box, 30)
+    assert firing_names(first) == ["a", "b"] and first.status == "firing"
+    assert first.group_labels == {"alertname": "JobFailed", "queue": "prod"}
+    assert first.links["grafana"].startswith("http://grafana/d/volcano-queue") and "api" in first.links
+    assert first.mentions.slack_user_ids == ("U1",) and first.mentions.mobiles == ("138",)
+    assert step(engine, box, 40, alert("c")) == []  # a change waits for group_interval after the last message
+    assert step(engine, box, 329) == []
+    [second] = step(engine, box, 330)
+    assert firing_names(second) == ["a", "b", "c"]
+    assert step(engine, box, 330 + 4 * 3600 - 1) == []
+    [repeat] = step(engine, box, 330 + 4 * 3600)  # nothing changed: told again after repeat_interval
+    assert firing_names(repeat) == ["a", "b", "c"]
+    [other_queue] = step(engine, box, 20_000, alert("d", queue="research")) or step(engine, box, 20_030)
+    assert firing_names(other_queue) == ["d"] and other_queue.group_labels["queue"] == "research"
+
+
+def test_resolved_messages_and_the_switch(engine: Engine) -> None:
+    for send_resolved in (True, False):
+        with engine.begin() as connection:
+            for table in ("notification_deliveries", "notification_entries", "notification_groups"):
+                connection.exec_driver_sql(f"DELETE FROM {table}")
+        box = make_outbox(send_resolved=send_resolved)
+        [first] = step(engine, box, 0, alert("a"), alert("b")) or step(engine, box, 30)
+        assert firing_names(first) == ["a", "b"]
+        messages = step(engine, box, 400, alert("a", "resolved"))
+        [told] = messages or step(engine, box, 400)  # group_interval has passed: at once
+        assert firing_names(told) == ["b"]
+        assert [a.job_name for a in told.resolved] == (["a"] if send_resolved else [])
+        last = step(engine, box, 800, alert("b", "resolved"))
+        if send_resolved:
+            assert [m.status for m in last] == ["resolved"] and [a.job_name for a in last[0].resolved] == ["b"]
+        else:
+            assert last == []  # nothing fires and resolved ones are not told
+        assert step(engine, box, 20_000) == []  # nothing left to repeat
+
+
+def test_never_told_then_resolved_is_never_told(engine: Engine) -> None:
+    box = make_outbox()
+    step(engine, box, 0, alert("a"))
+    assert step(engine, box, 5, alert("a", "resolved")) == []
+    assert step(engine, box, 30) == []
+
+
+def test_silences_mute_matching_alerts(engine: Engine) -> None:
+    box = make_outbox()
+    with Session(engine) as session, session.begin():
+        session.add(Silence(matchers=['job_name=~"noisy-.*"'], starts_at=T0, ends_at=at(3600), created_by="t",
+                            comment="", created_at=T0, updated_at=T0))
+    [message] = step(engine, box, 0, alert("noisy-1"), alert("real")) or step(engine, box, 30)
+    assert firing_names(message) == ["real"]
+    assert step(engine, box, 100, alert("noisy-2", queue="research")) == []
+    assert step(engine, box, 130) == []  # the only alert of its group is silenced: nothing to say
+    [after] = step(engine, box, 4 * 3600 + 100)  # the silence ended: the repeat includes them
+    assert firing_names(after) in (["noisy-1", "real"], ["noisy-2"])
+
+
+def test_continue_sends_to_two_receivers(engine: Engine) -> None:
+    box = make_outbox({"receiver": "chat", "group_wait": 0, "routes": [
+        {"matchers": ['severity="critical"'], "receiver": "oncall", "continue": True},
+        {"matchers": ['queue="prod"'], "receiver": "chat"}]})
+    messages = step(engine, box, 0, alert("a"))
+    assert sorted(m.receiver for m in messages) == ["chat", "oncall"]
+    assert [m.receiver for m in step(engine, box, 10, alert("w", severity="warning", queue="x"))] == ["chat"]
+
+
+def test_order_per_group_and_inflight_settling(engine: Engine) -> None:
+    box = make_outbox({"receiver": "chat", "group_by": ["job_name"], "group_wait": 0, "group_interval": 0})
+    now = at(0)
+    with Session(engine) as session, session.begin():
+        for item in (alert("a"), alert("b")):
+            box.enqueue(session, item, now)
+        box.flush_due(session, now)
+        box.enqueue(session, alert("a", "resolved"), now)
+        box.flush_due(session, now)
+    with Session(engine) as session:
+        due = ob.due_deliveries(session, now)
+        # a's resolved message waits behind a's firing one; b's is independent
+        assert [Message.from_dict(d.message).alerts[0].job_name for d in due] == ["a", "b"]
+        first_a = due[0].id
+    with Session(engine) as session, session.begin():
+        assert ob.claim(session, first_a, "me", now)
+        assert not ob.claim(session, first_a, "someone-else", now)  # one claim wins
+    with Session(engine) as session:
+        assert [d.id for d in ob.due_deliveries(session, now)] == [due[1].id]  # still blocked while sending
+    with Session(engine) as session, session.begin():
+        assert ob.settle_inflight(session, now) == [(first_a, "chat")]
+    with Session(engine) as session:
+        states = dict(session.execute(select(NotificationDelivery.id, NotificationDelivery.state)).all())
+        assert states[first_a] == "uncertain"
+        unblocked = ob.due_deliveries(session, now)
+        assert len(unblocked) == 2 and Message.from_dict(unblocked[-1].message).status == "resolved"

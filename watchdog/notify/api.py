@@ -1,0 +1,213 @@
+"""API of notifications: the Alertmanager receiver, silences, the outbox (dead letters included) and
+the receivers' names. Added to the watchdog's app by `watchdog.api.create_app`; every write is on the
+token-guarded router (Alertmanager sends the token with `http_config.authorization`)."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from datetime import datetime
+from typing import Annotated, Any, cast
+
+from fastapi import APIRouter, FastAPI, HTTPException, Path, Query, Request
+from fastapi.exceptions import RequestValidationError
+from fastapi.responses import JSONResponse
+from pydantic import BaseModel, ConfigDict, Field, field_validator
+from sqlalchemy import CursorResult, Engine, select, update
+from sqlalchemy.exc import IntegrityError
+from sqlalchemy.orm import Session
+
+from watchdog.db.models import NotificationDelivery, Silence
+from watchdog.notify.alertmanager import AlertmanagerPayload, items
+from watchdog.notify.outbox import DEAD, PENDING, Outbox
+from watchdog.notify.routing import parse_matcher
+
+__all__ = ["add_notification_routes"]
+
+Id = Annotated[int, Path(ge=1, le=2**63 - 1)]
+STATES = ("pending", "sending", "sent", "dead", "uncertain")
+
+
+class SilenceIn(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    matchers: list[str] = Field(min_length=1, max_length=20, description='e.g. ["queue=\\"research\\"", '
+                                                                         '"alertname=~\\"Job.*\\""]')
+    ends_at: datetime = Field(description="When the silence ends (RFC 3339 with a time zone).")
+    starts_at: datetime | None = Field(default=None, description="Default: now.")
+    created_by: str = Field(default="", max_length=253)
+    comment: str = Field(default="", max_length=4000)
+
+    @field_validator("matchers")
+    @classmethod
+    def _parse(cls, value: list[str]) -> list[str]:
+        for text in value:
+            parse_matcher(text)
+        return value
+
+    @field_validator("ends_at", "starts_at")
+    @classmethod
+    def _aware(cls, value: datetime | None) -> datetime | None:
+        if value is not None and value.tzinfo is None:
+            raise ValueError("needs a time zone (e.g. 2026-11-24T18:00:00Z)")
+        return value
+
+
+class SilenceOut(BaseModel):
+    model_config = ConfigDict(from_attributes=True)
+
+    id: int
+    matchers: list[str]
+    starts_at: datetime
+    ends_at: datetime
+    created_by: str
+    comment: str
+    active: bool = False
+
+
+class DeliveryOut(BaseModel):
+    model_config = ConfigDict(from_attributes=True)
+
+    id: int
+    receiver: str
+    state: str
+    attempts: int
+    next_attempt_at: datetime
+    created_at: datetime
+    sent_at: datetime | None
+    last_error: str
+    message: dict[str, Any]
+
+
+class ReceiverOut(BaseModel):
+    name: str
+    kind: str
+    send_resolved: bool
+
+
+class Accepted(BaseModel):
+    alerts: int
+    groups: int
+
+
+def add_notification_routes(app: FastAPI, read: APIRouter, writes: APIRouter, engine: Engine, outbox: Outbox | None,
+                            clock: Callable[[], datetime], wake: Callable[[], None]) -> None:
+    @app.exception_handler(RequestValidationError)
+    def bad_request(request: Request, exc: RequestValidationError) -> JSONResponse:
+        """422 elsewhere; the Alertmanager receiver answers 400 with the first reason, as webhooks expect."""
+        errors = exc.errors()
+        first = errors[0] if errors else {}
+        where = ".".join(str(p) for p in first.get("loc", ()) if p != "body")
+        reason = f"{where}: {first.get('msg', 'invalid')}" if where else str(first.get("msg", "invalid"))
+        status = 400 if request.url.path == "/api/v1/alertmanager" else 422
+        content: dict[str, Any] = {"detail": reason} if status == 400 else {"detail": jsonable(errors)}
+        return JSONResponse(content, status_code=status)
+
+    @writes.post("/api/v1/alertmanager", response_model=Accepted, tags=["notifications"],
+                 responses={400: {"description": "Not an Alertmanager webhook payload (version 4)."}})
+    def alertmanager(payload: AlertmanagerPayload) -> Accepted:
+        """Receive Alertmanager's webhook (`version: "4"`) and send its alerts through the watchdog's routes."""
+        if outbox is None or not outbox.enabled:
+            raise HTTPException(503, "notifications are not configured (no receivers)")
+        alerts = items(payload)
+        for attempt in range(2):  # a group made at the same moment by the watchdog's own writer: once more
+            try:
+                with Session(engine) as session, session.begin():
+                    now = clock()
+                    groups = sum(outbox.enqueue(session, item, now) for item in alerts)
+                break
+            except IntegrityError:
+                if attempt:
+                    raise
+        wake()
+        return Accepted(alerts=len(alerts), groups=groups)
+
+    @read.get("/api/v1/silences", response_model=list[SilenceOut], tags=["notifications"])
+    def list_silences(active: bool = Query(False, description="Only silences in effect now.")) -> list[SilenceOut]:
+        now = clock()
+        with Session(engine) as session:
+            query = select(Silence).order_by(Silence.id.desc()).limit(1000)
+            if active:
+                query = query.where(Silence.starts_at <= now, Silence.ends_at > now)
+            return [_silence_out(row, now) for row in session.scalars(query)]
+
+    @writes.post("/api/v1/silences", response_model=SilenceOut, status_code=201, tags=["notifications"])
+    def create_silence(body: SilenceIn) -> SilenceOut:
+        """Mute notifications of alerts matching every matcher until `ends_at`."""
+        now = clock()
+        starts = body.starts_at or now
+        if body.ends_at <= starts:
+            raise HTTPException(400, "ends_at must be after starts_at")
+        with Session(engine) as session, session.begin():
+            row = Silence(matchers=body.matchers, starts_at=starts, ends_at=body.ends_at, created_by=body.created_by,
+                          comment=body.comment, created_at=now, updated_at=now)
+            session.add(row)
+            session.flush()
+            return _silence_out(row, now)
+
+    @writes.delete("/api/v1/silences/{silence_id}", response_model=SilenceOut, tags=["notifications"])
+    def expire_silence(silence_id: Id) -> SilenceOut:
+        """Expire a silence now (it is kept, with its end time set)."""
+        now = clock()
+        with Session(engine) as session, session.begin():
+            row = session.get(Silence, silence_id)
+            if row is None:
+                raise HTTPException(404, "no such silence")
+            if row.ends_at > now:
+                row.ends_at = max(now, row.starts_at)
+                row.updated_at = now
+            return _silence_out(row, now)
+
+    @read.get("/api/v1/notifications", response_model=list[DeliveryOut], tags=["notifications"])
+    def list_deliveries(state: Annotated[str | None, Query(pattern="^(" + "|".join(STATES) + ")$")] = None,
+                        receiver: Annotated[str | None, Query(max_length=64)] = None,
+                        limit: Annotated[int, Query(ge=1, le=1000)] = 100) -> list[DeliveryOut]:
+        """Messages in the outbox, newest first; `state=dead` lists the dead letters."""
+        with Session(engine) as session:
+            query = select(NotificationDelivery).order_by(NotificationDelivery.id.desc()).limit(limit)
+            if state:
+                query = query.where(NotificationDelivery.state == state)
+            if receiver:
+                query = query.where(NotificationDelivery.receiver == receiver)
+            return [DeliveryOut.model_validate(row) for row in session.scalars(query)]
+
+    @writes.post("/api/v1/notifications/{delivery_id}/retry", response_model=DeliveryOut, tags=["notifications"],
+                 responses={404: {"description": "No such message."}, 409: {"description": "Not a dead letter."}})
+    def retry(delivery_id: Id) -> DeliveryOut:
+        """Send a dead letter again (after fixing the receiver)."""
+        now = clock()
+        with Session(engine) as session, session.begin():
+            result = cast(CursorResult[Any], session.execute(
+                update(NotificationDelivery).where(NotificationDelivery.id == delivery_id,
+                                                   NotificationDelivery.state == DEAD)
+                .values(state=PENDING, attempts=0, next_attempt_at=now, updated_at=now)))
+            row = session.get(NotificationDelivery, delivery_id)
+            if row is None:
+                raise HTTPException(404, "no such message")
+            if result.rowcount == 0:
+                raise HTTPException(409, f"message is {row.state}, not dead")
+            out = DeliveryOut.model_validate(row)
+        wake()
+        return out
+
+    @read.get("/api/v1/receivers", response_model=list[ReceiverOut], tags=["notifications"])
+    def receivers() -> list[ReceiverOut]:
+        """Configured receivers (names and kinds; their URLs and secrets are never shown)."""
+        found = outbox.receivers.values() if outbox is not None else ()
+        return [ReceiverOut(name=r.name, kind=r.kind, send_resolved=r.send_resolved) for r in found]
+
+
+def _silence_out(row: Silence, now: datetime) -> SilenceOut:
+    out = SilenceOut.model_validate(row)
+    out.active = row.starts_at <= now < row.ends_at
+    return out
+
+
+def jsonable(errors: Any) -> Any:
+    """Validation errors as JSON (pydantic may put exceptions in `ctx`)."""
+    try:
+        import json
+
+        json.dumps(errors)
+        return errors
+    except (TypeError, ValueError):
+        return [{k: (str(v) if k == "ctx" else v) for k, v in e.items() if k != "input"} for e in errors]

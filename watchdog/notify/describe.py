@@ -1,0 +1,85 @@
+"""A stored alert in the words of a message: its pods' termination reasons and, where the watchdog
+has one, the right-sized request to use instead."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from datetime import datetime
+from typing import Any
+
+from watchdog.db.models import Alert
+from watchdog.detectors.base import JOB_FAILED, JOB_IDLE, OVER_REQUESTED, POD_OOM_KILLED, POD_REJECTED
+from watchdog.notify.message import AlertItem
+from watchdog.recommend import Recommendation
+
+__all__ = ["alert_item", "format_bytes", "reasons", "recommendation_text"]
+
+MAX_REASONS = 10
+
+# (namespace, workload, task, container) -> recommendations; the worker's HistogramBook behind it.
+Recommender = Callable[[str, str, str, str], list[Recommendation]]
+
+
+def format_bytes(value: float) -> str:
+    for unit, size in (("Gi", 2**30), ("Mi", 2**20), ("Ki", 2**10)):
+        if value >= size:
+            return f"{value / size:.3g}{unit}"
+    return f"{value:.0f}"
+
+
+def reasons(kind: str, subject: str, details: dict[str, Any]) -> tuple[str, ...]:
+    """"pod/container: OOMKilled (exit 137)" lines from an alert's details."""
+    out: list[str] = []
+    if kind == JOB_FAILED:
+        for term in details.get("pod_terminations") or ():
+            if isinstance(term, dict):
+                exit_code = term.get("exit_code")
+                out.append(f"{term.get('pod', '?')}/{term.get('container', '?')}: {term.get('reason', 'Error')}"
+                           + (f" (exit {exit_code})" if exit_code is not None else ""))
+    elif kind == POD_OOM_KILLED:
+        exit_code = details.get("exit_code")
+        out.append(f"{subject}/{details.get('container', '?')}: OOMKilled"
+                   + (f" (exit {exit_code})" if exit_code is not None else ""))
+    elif kind == POD_REJECTED and details.get("reason"):
+        out.append(f"{subject}: {details['reason']} on {details.get('node') or '?'}")
+    if len(out) > MAX_REASONS:
+        out = [*out[:MAX_REASONS], f"... and {len(out) - MAX_REASONS} more"]
+    return tuple(out)
+
+
+def recommendation_text(recs: list[Recommendation]) -> str:
+    parts = [f"{r.task or '-'}/{r.container}: cpu {r.cpu_target_cores:.3g} cores, memory "
+             f"{format_bytes(r.memory_target_bytes)}" for r in recs[:5]]
+    return "; ".join(parts)
+
+
+def _recommendations(row: Alert, details: dict[str, Any], recommender: Recommender | None,
+                     workload_of: Callable[[str, str], tuple[str, str]] | None) -> str:
+    if recommender is None:
+        return ""
+    if row.kind == POD_OOM_KILLED and workload_of is not None:
+        workload, task = workload_of(row.namespace, row.subject)
+        if workload:
+            return recommendation_text(recommender(row.namespace, workload, task, str(details.get("container", ""))))
+    if row.kind in (JOB_IDLE, OVER_REQUESTED) and details.get("workload"):
+        return recommendation_text(recommender(row.namespace, str(details["workload"]), "", ""))
+    return ""
+
+
+def alert_item(row: Alert, status: str, *, api_url: str | None = None, recommender: Recommender | None = None,
+               workload_of: Callable[[str, str], tuple[str, str]] | None = None) -> AlertItem:
+    """The message's view of a stored watchdog alert."""
+    details = row.details if isinstance(row.details, dict) else {}
+    return AlertItem(
+        kind=row.kind, severity=row.severity, status=status, summary=row.summary, namespace=row.namespace,
+        queue=row.queue, job_name=row.job_name, subject=row.subject,
+        reasons=reasons(row.kind, row.subject, details),
+        recommendation=_recommendations(row, details, recommender, workload_of),
+        started_at=_iso(row.fired_at or row.started_at), resolved_at=_iso(row.resolved_at),
+        source="watchdog", fingerprint=row.fingerprint,
+        url=f"{api_url.rstrip('/')}/api/v1/alerts/{row.id}" if api_url else "",
+    )
+
+
+def _iso(value: datetime | None) -> str:
+    return value.isoformat().replace("+00:00", "Z") if value is not None else ""

@@ -1,0 +1,293 @@
+"""The durable outbox: alerts placed into message groups (in the transaction that changes the alert),
+groups turned into messages when due, messages claimed and marked as they are delivered.
+
+Three tables (watchdog/db/models.py): `notification_groups` (one per route x receiver x group-by
+values, with the time the next message is due), `notification_entries` (each alert's latest state in
+the group and the state last told), `notification_deliveries` (the messages: pending -> sending ->
+sent | pending again later | dead | uncertain).
+
+Timing follows Alertmanager: a new group's first message waits `group_wait` (alerts arriving
+meanwhile join it); after a message, changes wait until `group_interval` has passed since it;
+a group that still fires is told again after `repeat_interval`. Silenced alerts are left out of
+messages (they stay in the group, so they are told about once the silence ends and the group repeats).
+
+Every function here works in the caller's session and transaction; the caller commits.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+from dataclasses import asdict, dataclass
+from datetime import datetime, timedelta
+from typing import Any
+
+from sqlalchemy import and_, delete, exists, func, select, update
+from sqlalchemy.orm import Session, aliased
+
+from watchdog.db.models import NotificationDelivery, NotificationEntry, NotificationGroup, Silence
+from watchdog.notify.message import AlertItem, Message, MessageMentions
+from watchdog.notify.routing import (
+    Matcher,
+    Placement,
+    ResolvedRoute,
+    group_key,
+    match_routes,
+    parse_matcher,
+    resolve_tree,
+)
+from watchdog.notify.settings import Notifications
+
+__all__ = ["DEAD", "PENDING", "SENDING", "SENT", "UNCERTAIN", "Outbox", "alert_labels"]
+
+PENDING, SENDING, SENT, DEAD, UNCERTAIN = "pending", "sending", "sent", "dead", "uncertain"
+FIRING, RESOLVED = "firing", "resolved"
+
+
+def alert_labels(item: AlertItem) -> dict[str, str]:
+    """The labels routes and silences match on."""
+    labels = dict(item.labels)
+    labels.update({"alertname": item.kind, "kind": item.kind, "severity": item.severity, "source": item.source})
+    for name in ("namespace", "queue", "job_name"):
+        value = getattr(item, name)
+        if value or name not in labels:
+            labels[name] = value
+    return labels
+
+
+@dataclass(frozen=True)
+class ActiveSilence:
+    id: int
+    matchers: tuple[Matcher, ...]
+
+    def mutes(self, labels: Mapping[str, str]) -> bool:
+        return all(m.matches(labels) for m in self.matchers)
+
+
+def active_silences(session: Session, now: datetime) -> list[ActiveSilence]:
+    out = []
+    for row in session.scalars(select(Silence).where(Silence.starts_at <= now, Silence.ends_at > now)):
+        try:
+            out.append(ActiveSilence(row.id, tuple(parse_matcher(m) for m in row.matchers)))
+        except (ValueError, TypeError):  # validated on the way in; a hand-edited row must not stop messages
+            continue
+    return out
+
+
+class Outbox:
+    def __init__(self, settings: Notifications, grafana_url: str | None = None) -> None:
+        self.settings = settings
+        self.grafana_url = (grafana_url or "").rstrip("/")
+        self.receivers = {r.name: r for r in settings.receivers}
+        self.tree: ResolvedRoute | None = (resolve_tree(settings.route)
+                                           if settings.enabled and settings.receivers else None)
+        self._routes: dict[str, ResolvedRoute] = {}
+        if self.tree is not None:
+            stack = [self.tree]
+            while stack:
+                node = stack.pop()
+                self._routes[node.path] = node
+                stack.extend(node.children)
+
+    @property
+    def enabled(self) -> bool:
+        return self.tree is not None
+
+    # ---- in the alert's transaction ------------------------------------------------------------------
+
+    def place(self, item: AlertItem) -> list[Placement]:
+        """The groups an alert goes to (several with `continue`)."""
+        if self.tree is None:
+            return []
+        labels = alert_labels(item)
+        return [group_key(route, labels) for route in match_routes(self.tree, labels) if route.receiver]
+
+    def enqueue(self, session: Session, item: AlertItem, now: datetime) -> int:
+        """Record the alert's new state in each of its groups and schedule the groups' next message.
+        Returns the number of groups touched."""
+        placements = self.place(item)
+        for placement in placements:
+            group = session.scalars(select(NotificationGroup)
+                                    .where(NotificationGroup.group_key == placement.key)).first()
+            if group is None:
+                group = NotificationGroup(group_key=placement.key, receiver=placement.route.receiver,
+                                          route=placement.route.path, labels=placement.group_labels, flush_at=None,
+                                          last_flush_at=None, created_at=now, updated_at=now)
+                session.add(group)
+                session.flush()
+            entry = session.scalars(select(NotificationEntry).where(
+                NotificationEntry.group_id == group.id, NotificationEntry.fingerprint == item.fingerprint)).first()
+            if entry is None:
+                if item.status == RESOLVED:
+                    continue  # never told as firing here (e.g. the route changed): nothing to say
+                session.add(NotificationEntry(group_id=group.id, fingerprint=item.fingerprint, status=item.status,
+                                              notified_status=None, alert=_item_dict(item), changed_at=now))
+            else:
+                entry.status, entry.alert, entry.changed_at = item.status, _item_dict(item), now
+            route = placement.route
+            if group.last_flush_at is None:
+                due = now + timedelta(seconds=route.group_wait)
+            else:
+                due = max(now, group.last_flush_at + timedelta(seconds=route.group_interval))
+            group.flush_at = due if group.flush_at is None else min(group.flush_at, due)
+            group.updated_at = now
+        return len(placements)
+
+    # ---- the sender's side -----------------------------------------------------------------------------
+
+    def next_due(self, session: Session) -> datetime | None:
+        """When the earliest group is due (None: none is)."""
+        return session.scalars(select(NotificationGroup.flush_at).where(NotificationGroup.flush_at.is_not(None))
+                               .order_by(NotificationGroup.flush_at).limit(1)).first()
+
+    def flush_due(self, session: Session, now: datetime, limit: int = 500) -> int:
+        """Turn every due group into a message (a pending delivery). Returns the number of messages made."""
+        silences = active_silences(session, now)
+        groups = session.scalars(select(NotificationGroup).where(NotificationGroup.flush_at <= now)
+                                 .order_by(NotificationGroup.flush_at, NotificationGroup.id).limit(limit)).all()
+        made = 0
+        for group in groups:
+            made += self._flush(session, group, silences, now)
+        return made
+
+    def _flush(self, session: Session, group: NotificationGroup, silences: list[ActiveSilence], now: datetime) -> int:
+        route = self._routes.get(group.route)
+        receiver = self.receivers.get(group.receiver)
+        entries = list(session.scalars(select(NotificationEntry).where(NotificationEntry.group_id == group.id)
+                                       .order_by(NotificationEntry.id)))
+        if route is None or receiver is None or route.receiver != group.receiver:
+            # The configuration changed since this group was made: its alerts are re-placed by
+            # their next change; the stale group is dropped (its undelivered messages are kept).
+            group.flush_at = None
+            session.execute(delete(NotificationEntry).where(NotificationEntry.group_id == group.id))
+            return 0
+        items = {e.id: AlertItem.from_dict(e.alert) for e in entries}
+        visible = [e for e in entries if not any(s.mutes(alert_labels(items[e.id])) for s in silences)]
+        firing = [e for e in visible if e.status == FIRING]
+        resolved = [e for e in visible if e.status == RESOLVED and e.notified_status == FIRING
+                    and receiver.send_resolved]
+        changed = any(e.status != e.notified_status for e in visible)
+        repeat = (group.last_flush_at is not None and bool(firing)
+                  and now >= group.last_flush_at + timedelta(seconds=route.repeat_interval))
+        made = 0
+        if (firing or resolved) and (changed or repeat):
+            message = self.message(group, [items[e.id] for e in firing + resolved])
+            session.add(NotificationDelivery(group_id=group.id, receiver=group.receiver, state=PENDING,
+                                             message=message.to_dict(), attempts=0, next_attempt_at=now,
+                                             claimed_by=None, claimed_at=None, sent_at=None, last_error="",
+                                             created_at=now, updated_at=now))
+            group.last_flush_at = now
+            made = 1
+        for entry in visible:
+            if entry.status == RESOLVED:
+                session.delete(entry)
+            else:
+                entry.notified_status = entry.status
+        still_firing = any(e.status == FIRING for e in entries)
+        group.flush_at = (group.last_flush_at or now) + timedelta(seconds=route.repeat_interval) \
+            if still_firing else None
+        if group.flush_at is not None and group.flush_at <= now:  # silenced all along: look again later
+            group.flush_at = now + timedelta(seconds=max(route.group_interval, 60.0))
+        group.updated_at = now
+        return made
+
+    def message(self, group: NotificationGroup, alerts: Iterable[AlertItem]) -> Message:
+        items = tuple(alerts)
+        links: dict[str, str] = {}
+        if self.settings.api_url:
+            links["api"] = self.settings.api_url.rstrip("/") + "/api/v1/alerts?state=firing"
+        if self.grafana_url:
+            links["grafana"] = self._grafana_link(items)
+        return Message(receiver=group.receiver, group_key=group.group_key,
+                       group_labels={str(k): str(v) for k, v in (group.labels or {}).items()},
+                       status=FIRING if any(a.status == FIRING for a in items) else RESOLVED,
+                       alerts=items, links=links, mentions=self.mentions(items))
+
+    def _grafana_link(self, items: tuple[AlertItem, ...]) -> str:
+        """The Job dashboard for one job, the Queue dashboard for one queue, else the overview."""
+        jobs = {(a.namespace, a.job_name) for a in items if a.job_name}
+        queues = {a.queue for a in items if a.queue}
+        if len(jobs) == 1:
+            namespace, job_name = next(iter(jobs))
+            return f"{self.grafana_url}/d/volcano-job?var-namespace={namespace}&var-job_name={job_name}"
+        if len(queues) == 1:
+            return f"{self.grafana_url}/d/volcano-queue?var-queue={next(iter(queues))}"
+        return f"{self.grafana_url}/d/volcano-overview"
+
+    def mentions(self, items: Iterable[AlertItem]) -> MessageMentions:
+        owners = self.settings.owners
+        found: dict[str, list[str]] = {name: [] for name in MessageMentions.__dataclass_fields__}
+        for item in items:
+            for who in (owners.namespaces.get(item.namespace), owners.queues.get(item.queue)):
+                if who is None:
+                    continue
+                for name, values in found.items():
+                    values.extend(v for v in getattr(who, name) if v not in values)
+        return MessageMentions(**{name: tuple(values) for name, values in found.items()})
+
+
+def _item_dict(item: AlertItem) -> dict[str, Any]:
+    return asdict(item)
+
+
+# ---- deliveries -------------------------------------------------------------------------------------------
+
+
+def due_deliveries(session: Session, now: datetime, limit: int = 200) -> list[NotificationDelivery]:
+    """Pending messages whose time has come and which are first in line in their group (order per
+    group: a message waits while an older one of its group is pending or being sent)."""
+    older = aliased(NotificationDelivery)
+    blocked = exists().where(and_(older.group_id == NotificationDelivery.group_id, older.id < NotificationDelivery.id,
+                                  older.state.in_((PENDING, SENDING))))
+    return list(session.scalars(select(NotificationDelivery)
+                                .where(NotificationDelivery.state == PENDING,
+                                       NotificationDelivery.next_attempt_at <= now, ~blocked)
+                                .order_by(NotificationDelivery.id).limit(limit)))
+
+
+def claim(session: Session, delivery_id: int, owner: str, now: datetime) -> bool:
+    """Mark a pending message as being sent by `owner`; False when someone else got there first."""
+    result = session.execute(update(NotificationDelivery)
+                             .where(NotificationDelivery.id == delivery_id, NotificationDelivery.state == PENDING)
+                             .values(state=SENDING, claimed_by=owner, claimed_at=now, updated_at=now),
+                             execution_options={"synchronize_session": False})
+    return bool(getattr(result, "rowcount", 0) == 1)
+
+
+def mark(session: Session, delivery_id: int, owner: str, now: datetime, *, state: str, error: str = "",
+         attempts: int | None = None, next_attempt_at: datetime | None = None) -> None:
+    values: dict[str, Any] = {"state": state, "updated_at": now, "last_error": error[:2000]}
+    if state == SENT:
+        values["sent_at"] = now
+    if attempts is not None:
+        values["attempts"] = attempts
+    if next_attempt_at is not None:
+        values["next_attempt_at"] = next_attempt_at
+    session.execute(update(NotificationDelivery)
+                    .where(NotificationDelivery.id == delivery_id, NotificationDelivery.claimed_by == owner,
+                           NotificationDelivery.state == SENDING)
+                    .values(**values), execution_options={"synchronize_session": False})
+
+
+def settle_inflight(session: Session, now: datetime) -> list[tuple[int, str]]:
+    """Messages left `sending` by a process that died between sending and marking: their fate is
+    unknown, and sending again could post twice (the chat services have no idempotency key). They
+    become `uncertain` and are not sent again; a group that still fires is told again after its
+    `repeat_interval`. Called when this process becomes the only sender (the leader). Returns
+    (id, receiver) of each."""
+    rows = session.execute(select(NotificationDelivery.id, NotificationDelivery.receiver)
+                           .where(NotificationDelivery.state == SENDING)).all()
+    if rows:
+        session.execute(update(NotificationDelivery).where(NotificationDelivery.state == SENDING)
+                        .values(state=UNCERTAIN, updated_at=now,
+                                last_error="the sender stopped between sending and recording the result"),
+                        execution_options={"synchronize_session": False})
+    return [(int(i), str(r)) for i, r in rows]
+
+
+def outbox_counts(session: Session) -> dict[tuple[str, str], tuple[int, datetime | None]]:
+    """(receiver, state) -> (messages, oldest created_at) of unfinished and dead messages, for metrics."""
+    rows = session.execute(select(NotificationDelivery.receiver, NotificationDelivery.state, func.count(),
+                                  func.min(NotificationDelivery.created_at))
+                           .where(NotificationDelivery.state.in_((PENDING, SENDING, DEAD)))
+                           .group_by(NotificationDelivery.receiver, NotificationDelivery.state))
+    return {(str(r), str(s)): (int(n), oldest) for r, s, n, oldest in rows}
