@@ -41,6 +41,7 @@ T = TypeVar("T")
 
 CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
 EFFICIENCY_WINDOW = timedelta(hours=24)
+EMPTY_TTL_SECONDS = 15.0
 UNRESOLVED = ("pending", "firing")
 WORKLOAD = ("namespace", "workload", "task", "container")
 C = ("collector",)
@@ -234,7 +235,9 @@ class RecommendationCache:
     def get(self, session: Session, now: datetime) -> list[Recommendation] | None:
         with self.lock:
             at = self.computed_at
-            if at is None or now < at or (now - at).total_seconds() >= self.ttl:
+            # Nothing to recommend yet (a fresh install): look again soon rather than after the whole TTL.
+            ttl = self.ttl if self.value else min(self.ttl, EMPTY_TTL_SECONDS)
+            if at is None or now < at or (now - at).total_seconds() >= ttl:
                 try:
                     self.value = recommend.compute_recommendations(session, self.settings, now)
                 except Exception as exc:  # a scrape keeps the last good value rather than failing
