@@ -1,0 +1,158 @@
+"""Efficiency and recommendations: where requested resources go unused. Two views of waste — the
+watchdog's tally of finished runs (by queue, last 24 h) and, live, the requests of running pods minus
+what their containers use (by namespace, over the selected range) — then idle running jobs, the
+efficiency of finished runs, and the watchdog's request recommendations."""
+
+from __future__ import annotations
+
+from grafana_foundation_sdk.models.dashboard import Dashboard
+
+from dashboards.common import (
+    CPU_USED,
+    GPU_UTIL,
+    Column,
+    Panel,
+    Query,
+    attributed,
+    bargauge_panel,
+    build_dashboard,
+    datasource_variable,
+    query_variable,
+    running_requests,
+    selector,
+    stat_panel,
+    table_panel,
+    timeseries_panel,
+)
+
+UID = "volcano-efficiency"
+TITLE = "Volcano efficiency and recommendations"
+Q = 'queue=~"$queue"'
+N = 'namespace=~"$namespace"'
+QN = selector(Q, N)
+HOUR = 3600
+
+# Every watchdog replica reads the same database and serves the same values: one copy per label set.
+WASTED = "max by (queue) (volcano_watchdog_queue_wasted_{}{{{}}})"
+EFFICIENCY = f"max by (namespace, job_name, queue, resource) (volcano_watchdog_job_efficiency_ratio{{{QN}}})"
+JOB = "namespace, job_name, queue"
+WORKLOAD = "namespace, workload, task, container"
+
+
+def _idle_per_pod(resource: str, used: str) -> str:
+    """Requested minus used, per running pod, never below 0 (a pod above its request wastes nothing,
+    and must not hide another pod's waste in a sum)."""
+    return f"clamp_min({running_requests(QN, resource)} - on(namespace, pod) group_left() ({used}), 0)"
+
+
+IDLE_CORES = _idle_per_pod("cpu", f"sum by (namespace, pod) ({CPU_USED})")
+IDLE_GPUS = _idle_per_pod("nvidia_com_gpu", f"sum by (namespace, pod) ({GPU_UTIL}) / 100")
+
+
+def _finished() -> list[Panel]:
+    panels: list[Panel] = [
+        stat_panel("Wasted core-hours, 24 h", "Requested minus used CPU core-hours of the runs that finished in the "
+                   "last 24 hours (watchdog).",
+                   [Query(f"sum({WASTED.format('core_seconds', Q)}) / {HOUR}")], width=8, no_value="-"),
+        stat_panel("Wasted GPU-hours, 24 h", "Requested minus used GPU-hours (utilisation-weighted) of the runs that "
+                   "finished in the last 24 hours (watchdog).",
+                   [Query(f"sum({WASTED.format('gpu_seconds', Q)}) / {HOUR}")], width=8, no_value="-"),
+        stat_panel("Wasted memory, GiB-hours, 24 h", "Requested minus used memory of the runs that finished in the "
+                   "last 24 hours, in GiB-hours (watchdog).",
+                   [Query(f"sum({WASTED.format('memory_byte_seconds', Q)}) / {HOUR} / 2^30")], width=8,
+                   no_value="-"),
+    ]
+    for kind, what, scale in (("core_seconds", "core-hours", f"{HOUR}"), ("gpu_seconds", "GPU-hours", f"{HOUR}"),
+                              ("memory_byte_seconds", "GiB-hours", f"{HOUR} / 2^30")):
+        panels.append(bargauge_panel(f"Wasted {what} by queue, 24 h", f"Wasted {what} of the runs that finished in "
+                                     "the last 24 hours, per queue (watchdog).",
+                                     [Query(f"sort_desc({WASTED.format(kind, Q)} / {scale})", "{{queue}}")]))
+    return panels
+
+
+def _live() -> list[Panel]:
+    return [
+        timeseries_panel("Idle requested cores by namespace", "Cores requested by running pods but not used "
+                         "(request minus cAdvisor usage, per pod, at least 0).",
+                         [Query(f"sum by (namespace) ({IDLE_CORES})", "{{namespace}}")], stacked=True),
+        timeseries_panel("Idle requested GPUs by namespace", "GPUs requested by running pods but idle (request minus "
+                         "DCGM utilisation / 100, per pod, at least 0).",
+                         [Query(f"sum by (namespace) ({IDLE_GPUS})", "{{namespace}}")], stacked=True),
+        bargauge_panel("Wasted core-hours by namespace, time range", "Idle requested cores summed over the selected "
+                       "time range (5-minute steps), in core-hours.",
+                       [Query(f"sort_desc(sum_over_time((sum by (namespace) ({IDLE_CORES}))[$__range:5m]) / 12)",
+                              "{{namespace}}")], width=12),
+        bargauge_panel("Wasted GPU-hours by namespace, time range", "Idle requested GPUs summed over the selected "
+                       "time range (5-minute steps), in GPU-hours.",
+                       [Query(f"sort_desc(sum_over_time((sum by (namespace) ({IDLE_GPUS}))[$__range:5m]) / 12)",
+                              "{{namespace}}")], width=12),
+    ]
+
+
+def _idle_jobs() -> list[Panel]:
+    cpu_used = f"sum by ({JOB}) ({attributed(CPU_USED, QN, ('queue', 'job_name'))})"
+    cpu_requested = f"sum by ({JOB}) ({running_requests(QN, 'cpu')})"
+    gpu_util = f"avg by ({JOB}) ({attributed(GPU_UTIL, QN, ('queue', 'job_name'))}) / 100"
+    alerts = "sum(max by (kind, severity, state) (volcano_watchdog_alerts{{kind={}}}))"
+    return [
+        stat_panel("Idle jobs (watchdog)", "Unresolved JobIdle alerts: running jobs whose usage stayed far below "
+                   "their request over the watchdog's idle window (all queues).",
+                   [Query(alerts.format('"JobIdle"'))], width=6, steps=((None, "green"), (1, "orange"))),
+        stat_panel("Over-requested runs (watchdog)", "Unresolved OverRequested alerts: finished runs that used a "
+                   "small fraction of their request (all queues).",
+                   [Query(alerts.format('"OverRequested"'))], width=6, steps=((None, "green"), (1, "orange"))),
+        timeseries_panel("Idle alerts by severity (watchdog)", "Unresolved JobIdle alerts over time.",
+                         [Query("sum by (severity) (max by (kind, severity, state) "
+                                '(volcano_watchdog_alerts{kind="JobIdle"}))', "{{severity}}")], stacked=True),
+        table_panel("Running jobs with the lowest CPU use", "CPU used / requested by the running pods of each job, "
+                    "lowest 20.",
+                    [Column(Query(f"bottomk(20, {cpu_used} / {cpu_requested})", "CPU used / requested"),
+                            "percentunit")], width=12, height=10, sort_by="CPU used / requested", descending=False),
+        table_panel("Running jobs with the lowest GPU use", "Mean utilisation of each job's GPUs (DCGM), lowest 20.",
+                    [Column(Query(f"bottomk(20, {gpu_util})", "GPU utilisation"), "percentunit")],
+                    width=12, height=10, sort_by="GPU utilisation", descending=False),
+    ]
+
+
+def _efficiency() -> list[Panel]:
+    return [
+        timeseries_panel("Median efficiency of finished runs by resource", "Used / requested resource-seconds, "
+                         "median over the runs that finished in the last 24 hours (watchdog).",
+                         [Query(f"quantile by (resource) (0.5, {EFFICIENCY})", "{{resource}}")],
+                         unit="percentunit"),
+        table_panel("Least efficient finished runs", "Used / requested of the runs that finished in the last 24 "
+                    "hours, lowest 25 (watchdog; one row per job and resource).",
+                    [Column(Query(f"bottomk(25, {EFFICIENCY})", "efficiency"), "percentunit")],
+                    width=12, height=10, sort_by="efficiency", descending=False),
+    ]
+
+
+def _recommendations() -> list[Panel]:
+    def rec(metric: str, bound: str) -> str:
+        matchers = selector(N, f'bound="{bound}"')
+        return f"max by ({WORKLOAD}) ({metric}{{{matchers}}})"
+
+    columns = [Column(Query(rec("volcano_watchdog_recommendation_cpu_cores", bound), f"CPU {bound}"))
+               for bound in ("target", "lower", "upper")]
+    columns += [Column(Query(rec("volcano_watchdog_recommendation_memory_bytes", bound), f"memory {bound}"), "bytes")
+                for bound in ("target", "lower", "upper")]
+    columns.append(Column(Query(f"max by ({WORKLOAD}) (volcano_watchdog_recommendation_confidence{{{N}}})",
+                                "confidence"), "percentunit"))
+    return [table_panel("Recommended requests (watchdog)", "Per workload (job name without its run suffix), task "
+                        "and container: the recommended CPU and memory request (target) with its lower and upper "
+                        "bounds, and the confidence, which grows with the length of the history.",
+                        columns, height=12, sort_by="confidence")]
+
+
+def build() -> Dashboard:
+    return build_dashboard(
+        UID, TITLE, "Wasted core/GPU-hours by queue and namespace, idle jobs, job efficiency, recommendations.",
+        [datasource_variable(),
+         query_variable("queue", "Queue", "label_values(volcano_queue_info, queue)", multi=True),
+         query_variable("namespace", "Namespace", f"label_values(volcano_podgroup_info{{{Q}}}, namespace)",
+                        multi=True)],
+        [("Waste of finished runs (last 24 h)", _finished()),
+         ("Waste of running pods (selected time range)", _live()),
+         ("Idle jobs", _idle_jobs()),
+         ("Job efficiency (finished runs, last 24 h)", _efficiency()),
+         ("Recommendations", _recommendations())])

@@ -1,0 +1,158 @@
+"""volcano-monitor health: is the monitoring itself working? Scrape targets, the exporter's informers
+(sync, relists, errors, objects, /metrics time) and the watchdog's database, leadership, collectors,
+alerts and notification outbox.
+
+Values the watchdog reads from its shared database (alerts, outbox, dead letters) are the same on every
+replica, so they are taken once per label set (`max by`); per-process counters are summed."""
+
+from __future__ import annotations
+
+from grafana_foundation_sdk.models.dashboard import Dashboard
+
+from dashboards.common import (
+    Column,
+    Panel,
+    Query,
+    build_dashboard,
+    datasource_variable,
+    query_variable,
+    stat_panel,
+    table_panel,
+    timeseries_panel,
+)
+
+UID = "volcano-monitor-health"
+TITLE = "volcano-monitor health"
+RATE = "[$__rate_interval]"
+# Prometheus' own scrape-job label of our targets, found through the build-info series they serve.
+EXPORTER_UP = 'up{job=~"$exporter_scrape_job"}'
+WATCHDOG_UP = 'up{job=~"$watchdog_scrape_job"}'
+ALERTS = "max by (kind, severity, state) (volcano_watchdog_alerts)"
+BAD = ((None, "red"), (1, "green"))
+
+
+def _targets() -> list[Panel]:
+    return [
+        stat_panel("Exporters up", "Exporter targets Prometheus scrapes successfully.",
+                   [Query(f"sum({EXPORTER_UP})")], steps=BAD),
+        stat_panel("Watchdogs up", "Watchdog targets Prometheus scrapes successfully.",
+                   [Query(f"sum({WATCHDOG_UP})")], steps=BAD),
+        stat_panel("Informers not synced", "Exporter informers whose first full list has not been applied.",
+                   [Query("count(volcano_exporter_synced == 0)")], steps=((None, "green"), (1, "red"))),
+        stat_panel("Watchdog database", "1 when every watchdog replica could read its database at the last scrape.",
+                   [Query("min(volcano_watchdog_database_up)")], steps=BAD, no_value="-"),
+        stat_panel("Watchdog ready", "1 when every watchdog replica is ready (caches synced, database migrated).",
+                   [Query("min(volcano_watchdog_ready)")], steps=BAD, no_value="-"),
+        stat_panel("Watchdog leaders", "Replicas holding the leader Lease: exactly 1 is healthy (0: nobody sends "
+                   "messages or patches queues).",
+                   [Query("sum(volcano_watchdog_leader)")], steps=((None, "red"), (1, "green"), (2, "red"))),
+        timeseries_panel("Targets up", "Scrape health of each exporter and watchdog replica (Prometheus `up`).",
+                         [Query(EXPORTER_UP, "exporter {{instance}}"), Query(WATCHDOG_UP, "watchdog {{instance}}")]),
+        table_panel("Versions", "Version of each running replica.",
+                    [Column(Query("max by (instance, version, python_version) (volcano_exporter_build_info)",
+                                  "exporter")),
+                     Column(Query("max by (instance, version, python_version) (volcano_watchdog_build_info)",
+                                  "watchdog"))],
+                    width=12),
+    ]
+
+
+def _exporter() -> list[Panel]:
+    return [
+        timeseries_panel("Informers by state", "Exporter informers by state: watching is healthy; listing, backoff, "
+                         "forbidden or not_found need a look.",
+                         [Query("sum by (state) (volcano_exporter_informer_state)", "{{state}}")],
+                         width=8, stacked=True),
+        timeseries_panel("Objects cached", "Objects in each informer's cache, all shards.",
+                         [Query("sum by (resource) (volcano_exporter_objects)", "{{resource}}")], width=8),
+        timeseries_panel("Watch events applied", "Events per second, by resource.",
+                         [Query(f"sum by (resource) (rate(volcano_exporter_events_total{RATE}))", "{{resource}}")],
+                         unit="ops", width=8),
+        timeseries_panel("Relists", "Full relists after the first one (410 Gone, expired continue tokens, recovery).",
+                         [Query(f"sum by (resource) (increase(volcano_exporter_relists_total{RATE}))", "{{resource}}")],
+                         width=8, bars=True),
+        timeseries_panel("Errors", "Per second: undecodable watch lines or objects, fields of the wrong shape, "
+                         "failed handlers, failed API requests (by HTTP code).",
+                         [Query(f"sum by (resource) (rate(volcano_exporter_decode_errors_total{RATE}))",
+                                "decode {{resource}}"),
+                          Query(f"sum by (resource) (rate(volcano_exporter_parse_problems_total{RATE}))",
+                                "parse {{resource}}"),
+                          Query(f"sum by (resource) (rate(volcano_exporter_handler_errors_total{RATE}))",
+                                "handler {{resource}}"),
+                          Query(f"sum by (resource, code) (rate(volcano_exporter_request_errors_total{RATE}))",
+                                "request {{resource}} {{code}}")], unit="ops", width=8),
+        timeseries_panel("Seconds since the last event", "Per resource; grows while nothing changes or the watch "
+                         "is stuck.",
+                         [Query("time() - max by (resource) (volcano_exporter_last_event_timestamp_seconds)",
+                                "{{resource}}")], unit="s", width=8),
+        timeseries_panel("/metrics assembly time", "Seconds the previous /metrics response took, per replica.",
+                         [Query("max by (instance) (volcano_exporter_scrape_duration_seconds)", "{{instance}}")],
+                         unit="s"),
+        timeseries_panel("/metrics responses", "Responses per second, per replica.",
+                         [Query(f"sum by (instance) (rate(volcano_exporter_scrapes_total{RATE}))", "{{instance}}")],
+                         unit="ops"),
+    ]
+
+
+def _watchdog() -> list[Panel]:
+    return [
+        timeseries_panel("Collectors up", "1 when an enabled usage collector succeeded recently, per replica.",
+                         [Query("max by (instance, collector) (volcano_watchdog_collector_up) and on(instance, "
+                                "collector) volcano_watchdog_collector_enabled == 1", "{{collector}} {{instance}}")],
+                         width=6),
+        timeseries_panel("Seconds since a collector succeeded", "Age of each collector's last successful round.",
+                         [Query("time() - max by (collector) "
+                                "(volcano_watchdog_collector_last_success_timestamp_seconds)", "{{collector}}")],
+                         unit="s", width=6),
+        timeseries_panel("Usage samples collected", "Samples per second, by collector.",
+                         [Query(f"sum by (collector) (rate(volcano_watchdog_collector_samples_total{RATE}))",
+                                "{{collector}}")], unit="ops", width=6),
+        timeseries_panel("Collector errors", "Failed collection rounds or responses per interval.",
+                         [Query(f"sum by (collector) (increase(volcano_watchdog_collector_errors_total{RATE}))",
+                                "{{collector}}")], width=6, bars=True),
+        timeseries_panel("Firing alerts by kind", "Alerts the watchdog is firing, by kind.",
+                         [Query("sum by (kind) (max by (kind, severity, state) "
+                                '(volcano_watchdog_alerts{state="firing"}))', "{{kind}}")], stacked=True),
+        timeseries_panel("Unresolved alerts by severity and state", "Pending (waiting out their `for`) and firing "
+                         "alerts by severity.",
+                         [Query(f"sum by (severity, state) ({ALERTS})", "{{severity}} {{state}}")], stacked=True),
+    ]
+
+
+def _notifications() -> list[Panel]:
+    return [
+        timeseries_panel("Notifications by outcome", "Delivery attempts per interval: sent, failed (retried), dead "
+                         "(gave up), uncertain (crash between send and mark).",
+                         [Query(f"sum by (outcome) (increase(volcano_watchdog_notifications_total{RATE}))",
+                                "{{outcome}}")], width=8, bars=True),
+        timeseries_panel("Outbox pending", "Messages waiting in the outbox, by receiver.",
+                         [Query("max by (receiver) (volcano_watchdog_notification_outbox_pending)", "{{receiver}}")],
+                         width=8),
+        timeseries_panel("Oldest pending message", "Age of the oldest message waiting, by receiver.",
+                         [Query("max by (receiver) (volcano_watchdog_notification_outbox_oldest_age_seconds)",
+                                "{{receiver}}")], unit="s", width=8),
+        timeseries_panel("Dead letters", "Messages given up after every retry (listed by the watchdog API).",
+                         [Query("max by (receiver) (volcano_watchdog_notification_dead_letters)", "{{receiver}}")],
+                         width=8),
+        timeseries_panel("Failed deliveries by receiver", "Attempts that did not succeed, per receiver and outcome.",
+                         [Query('sum by (receiver, outcome) (increase(volcano_watchdog_notifications_total'
+                                f'{{outcome!="sent"}}{RATE}))', "{{receiver}} {{outcome}}")], width=8, bars=True),
+        timeseries_panel("Queue capability changes", "The watchdog's capability plans by queue and outcome.",
+                         [Query(f"sum by (queue, outcome) (increase(volcano_watchdog_queue_capability_updates_total"
+                                f"{RATE}))", "{{queue}} {{outcome}}")], width=8, bars=True),
+    ]
+
+
+def build() -> Dashboard:
+    return build_dashboard(
+        UID, TITLE, "The exporter's informers and /metrics, the watchdog's database, leader, collectors, alerts and "
+        "notifications.",
+        [datasource_variable(),
+         query_variable("exporter_scrape_job", "Exporter scrape job",
+                        "label_values(volcano_exporter_build_info, job)", multi=True, all_value=None),
+         query_variable("watchdog_scrape_job", "Watchdog scrape job",
+                        "label_values(volcano_watchdog_build_info, job)", multi=True, all_value=None)],
+        [("Targets", _targets()),
+         ("Exporter", _exporter()),
+         ("Watchdog", _watchdog()),
+         ("Notifications", _notifications())])

@@ -1,0 +1,230 @@
+"""The committed Grafana dashboards: the generator reproduces them byte for byte, they have the shape
+Grafana 11 imports (unique ids, grid positions, the `${datasource}` variable everywhere), and every query
+parses with the real promtool and reads only documented metrics with their documented labels."""
+
+from __future__ import annotations
+
+import json
+import re
+import shutil
+from pathlib import Path
+from typing import Any
+
+import promql_parser
+import pytest
+
+from dashboards import generate
+from tests.promql import ROOT, documented_metrics, metric_names, promtool_check, substitute_grafana_variables
+from watchdog.metrics import FAMILIES as WATCHDOG_FAMILIES
+
+DIR = ROOT / "dashboards"
+DATASOURCE = {"type": "prometheus", "uid": "${datasource}"}
+TITLES = {"Volcano overview", "Volcano queue", "Volcano job", "Volcano efficiency and recommendations",
+          "volcano-monitor health"}
+# Variables each dashboard must offer (title -> names besides `datasource`), and whether multi-valued.
+VARIABLES = {
+    "Volcano overview": {"queue": True},
+    "Volcano queue": {"queue": False},
+    "Volcano job": {"namespace": False, "job_name": False},
+    "Volcano efficiency and recommendations": {"queue": True, "namespace": True},
+    "volcano-monitor health": {"exporter_scrape_job": True, "watchdog_scrape_job": True},
+}
+GRAFANA_BUILTINS = {"__rate_interval", "__interval", "__range", "__range_s"}
+VARIABLE_USE = re.compile(r"\$\{(\w+)(?::\w+)?\}|\$(\w+)|\[\[(\w+)\]\]")
+RESOURCE_VALUES = {"cpu", "memory", "nvidia_com_gpu"}
+
+
+def _load() -> list[dict[str, Any]]:
+    return [json.loads((DIR / name).read_text(encoding="utf-8")) for name in generate.DASHBOARDS]
+
+
+DASHBOARDS = _load()
+IDS = [d["title"] for d in DASHBOARDS]
+
+
+def _targets(dashboard: dict[str, Any]) -> list[tuple[dict[str, Any], dict[str, Any]]]:
+    return [(panel, target) for panel in dashboard["panels"] for target in panel.get("targets", [])]
+
+
+def _variables(dashboard: dict[str, Any]) -> dict[str, dict[str, Any]]:
+    return {v["name"]: v for v in dashboard["templating"]["list"]}
+
+
+def _selectors(node: Any, out: list[Any]) -> list[Any]:
+    """Every vector selector in a parsed expression (inside range selectors, subqueries, calls too)."""
+    if isinstance(node, promql_parser.VectorSelector):
+        out.append(node)
+        return out
+    for attr in ("expr", "lhs", "rhs", "vector_selector", "param"):
+        child = getattr(node, attr, None)
+        if child is not None and not isinstance(child, str | int | float):
+            _selectors(child, out)
+    for arg in getattr(node, "args", None) or ():
+        _selectors(arg, out)
+    return out
+
+
+def _documented_labels() -> dict[str, set[str]]:
+    """Metric -> label names, from docs/metrics.md's tables and the watchdog's families (declared there
+    even when not rendered yet, and not yet in the docs while another change adds them)."""
+    labels: dict[str, set[str]] = {}
+    for line in (ROOT / "docs/metrics.md").read_text().splitlines():
+        cells = [c.strip() for c in line.split("|")]
+        if len(cells) > 4 and re.fullmatch(r"`\w+`", cells[1]):
+            labels[cells[1].strip("`")] = set(re.findall(r"`(\w+)`", cells[3]))
+    for family in WATCHDOG_FAMILIES:
+        labels[family.name] = set(family.labels)
+    return labels
+
+
+# ---- the generator and the committed files ---------------------------------------------------------
+
+
+def test_committed_json_is_what_the_generator_writes() -> None:
+    for name, content in generate.rendered().items():
+        assert (DIR / name).read_text(encoding="utf-8") == content, f"{name}: run `python -m dashboards.generate`"
+
+
+def test_no_stray_dashboard_files() -> None:
+    assert {p.name for p in DIR.glob("*.json")} == set(generate.DASHBOARDS)
+
+
+def test_check_mode_fails_on_a_changed_file_and_writes_nothing(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+                                                               capsys: pytest.CaptureFixture[str]) -> None:
+    for name in generate.DASHBOARDS:
+        shutil.copy(DIR / name, tmp_path / name)
+    monkeypatch.setattr(generate, "DIRECTORY", tmp_path)
+    assert generate.main(["--check"]) == 0
+    edited = tmp_path / "volcano-job.json"
+    edited.write_text(edited.read_text().replace('"Volcano job"', '"Volcano job (edited)"'))
+    assert generate.main(["--check"]) == 1
+    assert "volcano-job.json" in capsys.readouterr().err
+    assert "(edited)" in edited.read_text()  # --check wrote nothing
+    assert generate.main([]) == 0  # regenerating repairs it
+    assert generate.main(["--check"]) == 0
+
+
+# ---- structure -------------------------------------------------------------------------------------
+
+
+def test_exactly_the_five_dashboards_with_unique_uids() -> None:
+    assert {d["title"] for d in DASHBOARDS} == TITLES
+    uids = [d["uid"] for d in DASHBOARDS]
+    assert len(set(uids)) == len(uids)
+    assert all(re.fullmatch(r"[a-z0-9-]{1,40}", uid) for uid in uids)  # Grafana allows at most 40
+
+
+@pytest.mark.parametrize("dashboard", DASHBOARDS, ids=IDS)
+def test_dashboard_shape(dashboard: dict[str, Any]) -> None:
+    assert isinstance(dashboard["schemaVersion"], int) and dashboard["schemaVersion"] >= 39  # Grafana 11
+    assert {"volcano", "volcano-monitor"} <= set(dashboard["tags"])
+    assert dashboard["annotations"]["list"], "Grafana expects annotations.list"
+    ids = [p["id"] for p in dashboard["panels"]]
+    assert len(set(ids)) == len(ids) and all(isinstance(i, int) and i > 0 for i in ids)
+    cells: set[tuple[int, int]] = set()
+    for panel in dashboard["panels"]:
+        pos = panel["gridPos"]
+        assert all(isinstance(pos[k], int) for k in "hwxy"), panel["title"]
+        assert pos["w"] > 0 and pos["h"] > 0 and pos["x"] >= 0 and pos["x"] + pos["w"] <= 24, panel["title"]
+        area = {(x, y) for x in range(pos["x"], pos["x"] + pos["w"]) for y in range(pos["y"], pos["y"] + pos["h"])}
+        assert not cells & area, f"{panel['title']} overlaps another panel"
+        cells |= area
+        assert panel["datasource"] == DATASOURCE, panel["title"]
+        assert panel["title"]
+        if panel["type"] != "row":
+            assert panel.get("targets"), f"{panel['title']} has no query"
+            assert panel.get("description"), f"{panel['title']} has no description"
+
+
+@pytest.mark.parametrize("dashboard", DASHBOARDS, ids=IDS)
+def test_targets(dashboard: dict[str, Any]) -> None:
+    for panel, target in _targets(dashboard):
+        assert target["expr"].strip(), panel["title"]
+        assert target["refId"], panel["title"]
+        assert target.get("datasource", DATASOURCE) == DATASOURCE, panel["title"]
+    for panel in dashboard["panels"]:
+        refs = [t["refId"] for t in panel.get("targets", [])]
+        assert len(set(refs)) == len(refs), panel["title"]
+
+
+@pytest.mark.parametrize("dashboard", DASHBOARDS, ids=IDS)
+def test_variables(dashboard: dict[str, Any]) -> None:
+    variables = _variables(dashboard)
+    assert variables["datasource"]["type"] == "datasource" and variables["datasource"]["query"] == "prometheus"
+    expected = VARIABLES[dashboard["title"]]
+    assert set(variables) == {"datasource", *expected}
+    for name, multi in expected.items():
+        v = variables[name]
+        assert v["type"] == "query" and v["datasource"] == DATASOURCE, name
+        assert v["query"].startswith("label_values("), name
+        assert v.get("multi", False) == multi and v.get("includeAll", False) == multi, name
+    # Every variable a query or a variable uses is defined here (or is one of Grafana's built-ins).
+    defined = set(variables) | GRAFANA_BUILTINS
+    texts = [t["expr"] for _, t in _targets(dashboard)] + [v["query"] for v in variables.values()]
+    for text in texts:
+        used = {next(g for g in m.groups() if g) for m in VARIABLE_USE.finditer(text)}
+        assert used <= defined, f"{text}: undefined {used - defined}"
+
+
+# ---- the queries -----------------------------------------------------------------------------------
+
+
+def _all_exprs() -> list[str]:
+    exprs = [t["expr"] for d in DASHBOARDS for _, t in _targets(d)]
+    for d in DASHBOARDS:  # the series selector inside each label_values(selector, label)
+        for v in _variables(d).values():
+            if v["type"] == "query":
+                match = re.fullmatch(r"label_values\((.+),\s*(\w+)\)", v["query"])
+                assert match, v["query"]
+                exprs.append(match.group(1))
+    return exprs
+
+
+def test_every_expression_parses_with_promtool() -> None:
+    promtool_check(_all_exprs())
+
+
+def test_promtool_check_is_not_a_no_op() -> None:
+    with pytest.raises(AssertionError):
+        promtool_check(['sum by (queue) (volcano_queue_jobs{queue=~"$queue"}'])
+
+
+def test_only_documented_metrics_and_labels() -> None:
+    known = documented_metrics() | {f.name for f in WATCHDOG_FAMILIES}
+    labels = _documented_labels()
+    for expr in _all_exprs():
+        assert metric_names(expr) <= known, f"{expr}: undocumented {metric_names(expr) - known}"
+        for sel in _selectors(promql_parser.parse(substitute_grafana_variables(expr)), []):
+            names = {m.name for m in sel.matchers.matchers}
+            if sel.name in labels:  # ours: only their own labels (never `job`/`instance`)
+                assert names <= labels[sel.name], f"{expr}: {sel.name} has no label {names - labels[sel.name]}"
+            if sel.name.startswith("volcano_") and not sel.name.startswith("volcano_watchdog_"):
+                for m in sel.matchers.matchers:
+                    if m.name == "resource":
+                        assert set(m.value.split("|")) <= RESOURCE_VALUES, f"{expr}: resource {m.value}"
+
+
+def test_rates_use_the_rate_interval() -> None:
+    for expr in _all_exprs():
+        for window in re.findall(r"\[([^\]]*)\]", expr):
+            assert window in {"$__rate_interval", "$__range:5m"}, f"{expr}: window [{window}]"
+
+
+def test_panel_queries_lists_every_target() -> None:
+    queries = generate.panel_queries()
+    assert len(queries) == sum(len(_targets(d)) for d in DASHBOARDS)
+    assert {title for title, _, _ in queries} == TITLES
+    by_dashboard = {d["title"]: {(p["title"], t["expr"]) for p, t in _targets(d)} for d in DASHBOARDS}
+    for title, panel, expr in queries:
+        assert (panel, expr) in by_dashboard[title]
+
+
+def test_usage_joins_attribute_pods_through_volcano_pod_info() -> None:
+    """Every cAdvisor/DCGM/kube-state-metrics series is joined to a Volcano pod series on (namespace, pod)."""
+    external = ("container_cpu_usage_seconds_total", "container_memory_working_set_bytes", "DCGM_FI_DEV_GPU_UTIL",
+                "kube_pod_container_status_restarts_total", "kube_pod_container_status_last_terminated_reason")
+    uses = [e for e in _all_exprs() if metric_names(e) & set(external)]
+    assert uses
+    for expr in uses:
+        assert "on(namespace, pod)" in expr, expr
+        assert metric_names(expr) & {"volcano_pod_info", "volcano_pod_resource_requests"}, expr
