@@ -1,93 +1,116 @@
-"""`make demo`: the simulated Volcano cluster plus every volcano-monitor component that exists,
-started as a user would start them (their real commands), with a summary of where to look."""
+"""`make demo`: the simulated Volcano cluster plus every volcano-monitor component, started as a user
+would start them (their real commands), with a summary of where to look. Where Prometheus and
+Alertmanager are installed, they are started too: Prometheus scrapes everything and evaluates
+alerts/, Alertmanager routes to the watchdog, the watchdog posts to a local chat inbox."""
 
 from __future__ import annotations
 
 import argparse
+import shutil
 import signal
-import subprocess
 import sys
 import time
-import urllib.error
-import urllib.request
 from pathlib import Path
 
 from exporter.flags import Parser
+from simulator.stack import Stack, alertmanager_binary, alertmanager_config, prometheus_config
 
-
-def wait_http(url: str, timeout: float, name: str, process: subprocess.Popen[bytes]) -> None:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if process.poll() is not None:
-            raise SystemExit(f"demo: {name} exited early with code {process.returncode}")
-        try:
-            with urllib.request.urlopen(url, timeout=1):
-                return
-        except (urllib.error.URLError, ConnectionError):
-            time.sleep(0.2)
-    raise SystemExit(f"demo: {url} did not answer within {timeout:g}s")
+ROOT = Path(__file__).resolve().parent.parent
+DEMO_TOKEN = "demo-token"
 
 
 def main(argv: list[str] | None = None) -> int:
     parser: argparse.ArgumentParser = Parser(prog="volcano-monitor demo",
                                              description="Run the simulated cluster and volcano-monitor.")
-    parser.add_argument("--dir", default=".demo", help="where to write the kubeconfig and logs")
+    parser.add_argument("--dir", default=".demo", help="where to write the kubeconfig, configs and logs")
     parser.add_argument("--sim-port", type=int, default=8001)
     parser.add_argument("--exporter-port", type=int, default=9746)
+    parser.add_argument("--watchdog-port", type=int, default=9747)
+    parser.add_argument("--chat-port", type=int, default=9748)
+    parser.add_argument("--prometheus-port", type=int, default=9090)
+    parser.add_argument("--alertmanager-port", type=int, default=9093)
     parser.add_argument("--speed", default="10", help="scenario speed (see volcano-sim --help)")
     args = parser.parse_args(argv)
-    workdir = Path(args.dir)
-    workdir.mkdir(parents=True, exist_ok=True)
+    workdir = Path(args.dir).resolve()
     kubeconfig = workdir / "kubeconfig"
+    workdir.mkdir(parents=True, exist_ok=True)
     kubeconfig.unlink(missing_ok=True)
-    python = sys.executable
-    processes: dict[str, subprocess.Popen[bytes]] = {}
-
-    def start(name: str, *command: str) -> subprocess.Popen[bytes]:
-        log = (workdir / f"{name}.log").open("wb")
-        process = subprocess.Popen([python, "-m", *command], stdout=log, stderr=subprocess.STDOUT)
-        processes[name] = process
-        return process
-
+    stack = Stack(workdir)
+    url = "http://127.0.0.1:{}".format
+    sim_url, exporter_url, watchdog_url, chat_url = (url(p) for p in (args.sim_port, args.exporter_port,
+                                                                      args.watchdog_port, args.chat_port))
+    with_prometheus = shutil.which("prometheus") is not None
+    with_alertmanager = with_prometheus and alertmanager_binary() is not None
     try:
-        sim = start("volcano-sim", "simulator.cli", "--listen", f"127.0.0.1:{args.sim_port}",
-                    "--kubeconfig-out", str(kubeconfig), "--speed", args.speed)
-        sim_url = f"http://127.0.0.1:{args.sim_port}"
-        wait_http(sim_url + "/healthz", 30, "volcano-sim", sim)
-        exporter = start("volcano-exporter", "exporter.cli", "--kubeconfig", str(kubeconfig),
-                         "--listen", f"127.0.0.1:{args.exporter_port}")
-        exporter_url = f"http://127.0.0.1:{args.exporter_port}"
-        wait_http(exporter_url + "/readyz", 60, "volcano-exporter", exporter)
+        stack.start_python("chat-inbox", "simulator.chatinbox", "--listen", f"127.0.0.1:{args.chat_port}",
+                           ready_url=chat_url + "/messages")
+        stack.start_python("volcano-sim", "simulator.cli", "--listen", f"127.0.0.1:{args.sim_port}",
+                           "--kubeconfig-out", str(kubeconfig), "--speed", args.speed, ready_url=sim_url + "/healthz")
+        stack.start_python("volcano-exporter", "exporter.cli", "--kubeconfig", str(kubeconfig),
+                           "--listen", f"127.0.0.1:{args.exporter_port}", ready_url=exporter_url + "/readyz")
+        prometheus = url(args.prometheus_port)
+        config = stack.write_yaml("watchdog.yaml", {
+            "api_token": DEMO_TOKEN,
+            "sources": {"metrics_api": {"interval_seconds": 10},
+                        "prometheus": {"enabled": with_prometheus, "url": prometheus}},
+            "notifications": {
+                "receivers": [{"name": "demo-chat", "webhook": {"url": chat_url + "/webhook/demo"}}],
+                "route": {"receiver": "demo-chat", "group_wait": "5s", "group_interval": "30s"},
+                "api_url": watchdog_url}})
+        stack.start_python("volcano-watchdog", "watchdog.cli", "--kubeconfig", str(kubeconfig), "--database-url",
+                           f"sqlite:///{workdir / 'watchdog.db'}", "--listen", f"127.0.0.1:{args.watchdog_port}",
+                           "--config", str(config), ready_url=watchdog_url + "/readyz", timeout=90)
+        extra = ""
+        if with_prometheus:
+            am_target = f"127.0.0.1:{args.alertmanager_port}" if with_alertmanager else None
+            rules = sorted((ROOT / "alerts").glob("*.rules.yml"))
+            stack.start_prometheus(args.prometheus_port, prometheus_config(
+                {"volcano-exporter": f"127.0.0.1:{args.exporter_port}",
+                 "volcano-watchdog": f"127.0.0.1:{args.watchdog_port}",
+                 "cadvisor-dcgm": f"127.0.0.1:{args.sim_port}"}, rules, am_target))
+            extra += f"\n  prometheus          {prometheus}   (alerts: {prometheus}/alerts)\n"
+            if with_alertmanager:
+                am = stack.start_alertmanager(args.alertmanager_port,
+                                              alertmanager_config(watchdog_url, DEMO_TOKEN))
+                extra += f"  alertmanager        {am}   (routes to the watchdog's receiver)\n"
+        else:
+            extra += "\n  (install Prometheus and Alertmanager — Debian: prometheus prometheus-alertmanager —\n" \
+                     "   and the demo starts them too, with the alert rules loaded)\n"
+        dashboards = "\n".join(f"    {path}" for path in sorted((ROOT / "dashboards").glob("*.json")))
         print(f"""
-volcano-monitor demo is running (logs in {workdir}/). Ctrl-C stops everything.
+volcano-monitor demo is running (logs and configs in {workdir}/). Ctrl-C stops everything.
 
   simulated cluster   {sim_url}   (scenario 'default' at {args.speed}x)
     kubectl --kubeconfig {kubeconfig} get vcjob,podgroup,queue -A
-    kubectl --kubeconfig {kubeconfig} get pods -A -w
     curl -s {sim_url}/metrics | head            # cAdvisor/DCGM-style usage
 
   exporter            {exporter_url}/metrics
     curl -s {exporter_url}/metrics | grep -E '^volcano_(queue|job)_' | head -30
+
+  watchdog            {watchdog_url}/docs   (API; token for writes: {DEMO_TOKEN})
+    curl -s {watchdog_url}/api/v1/alerts?state=firing
+    volcano-watchdog --database-url sqlite:///{workdir / 'watchdog.db'} recommend
+
+  chat inbox          {chat_url}/messages   (the watchdog's messages; also printed in {workdir}/chat-inbox.log)
+{extra}
+  Grafana dashboards to import (datasource: that Prometheus):
+{dashboards}
 """, flush=True)
         stop = [False]
         for sig in (signal.SIGINT, signal.SIGTERM):
             signal.signal(sig, lambda *_: stop.__setitem__(0, True))
         while not stop[0]:
-            for name, process in processes.items():
-                if process.poll() is not None:
-                    print(f"demo: {name} exited with code {process.returncode}; see {workdir}/",
-                          file=sys.stderr)
-                    return 1
+            failed = stack.failed()
+            if failed:
+                print(f"demo: {failed} exited; see {stack.log(failed)}", file=sys.stderr)
+                return 1
             time.sleep(0.5)
         return 0
+    except RuntimeError as exc:
+        print(f"demo: {exc}", file=sys.stderr)
+        return 1
     finally:
-        for process in reversed(processes.values()):
-            process.terminate()
-        for process in processes.values():
-            try:
-                process.wait(10)
-            except subprocess.TimeoutExpired:
-                process.kill()
+        stack.stop()
 
 
 if __name__ == "__main__":
