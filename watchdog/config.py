@@ -17,6 +17,7 @@ import yaml
 from pydantic import BaseModel, ConfigDict, Field, SecretStr, ValidationError, field_validator
 
 from exporter.flags import host_port
+from watchdog.capability.settings import CapabilitySettings
 from watchdog.notify.settings import LeaderElection, Notifications
 
 ENV_PREFIX = "VOLCANO_WATCHDOG_"
@@ -131,6 +132,7 @@ class Settings(Section):
     recommendations: Recommendations = Recommendations()
     notifications: Notifications = Notifications()
     leader_election: LeaderElection = LeaderElection()
+    capability: CapabilitySettings = CapabilitySettings()
 
     @field_validator("listen")
     @classmethod

@@ -253,3 +253,40 @@ class Silence(Base):
     comment: Mapped[str] = mapped_column(Text, default="")
     created_at: Mapped[datetime]
     updated_at: Mapped[datetime]
+
+
+class CapabilityPlan(Base):
+    """The latest plan of one queue's capability policy (watchdog.capability): one row per queue, replaced
+    by the leader at every reconcile, so any replica's API can show it."""
+
+    __tablename__ = "capability_plans"
+
+    id: Mapped[int] = mapped_column(Id, primary_key=True, autoincrement=True)
+    queue: Mapped[str] = mapped_column(Name, unique=True)
+    policy: Mapped[str] = mapped_column(String(16))  # share / demand
+    mode: Mapped[str] = mapped_column(String(16))  # dry-run / apply
+    outcome: Mapped[str] = mapped_column(String(16))  # applied, dry_run, unchanged, held, conflict, failed
+    resources: Mapped[dict[str, Any]]  # resource -> {current, target, planned, allocated, why, held}
+    inputs: Mapped[dict[str, Any]]
+    identity: Mapped[str] = mapped_column(Name, default="")  # the replica that planned
+    planned_at: Mapped[datetime]
+
+
+class CapabilityChange(Base):
+    """The audit trail of capability changes: applied to a Queue, or planned in dry-run mode."""
+
+    __tablename__ = "capability_changes"
+    __table_args__ = (Index("ix_capability_changes_queue_created", "queue", "created_at"),)
+
+    id: Mapped[int] = mapped_column(Id, primary_key=True, autoincrement=True)
+    queue: Mapped[str] = mapped_column(Name)
+    policy: Mapped[str] = mapped_column(String(16))
+    mode: Mapped[str] = mapped_column(String(16))
+    outcome: Mapped[str] = mapped_column(String(16))  # applied / dry_run
+    before: Mapped[dict[str, Any]]  # resource -> amount (base units) of the resources changed; null: unset
+    after: Mapped[dict[str, Any]]
+    why: Mapped[dict[str, Any]]  # resource -> explanation
+    inputs: Mapped[dict[str, Any]]
+    resource_version: Mapped[str] = mapped_column(String(64), default="")  # the Queue's, after the patch
+    identity: Mapped[str] = mapped_column(Name, default="")
+    created_at: Mapped[datetime]

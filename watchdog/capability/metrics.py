@@ -1,0 +1,27 @@
+"""The capability families of the watchdog's /metrics, rendered from the controller's memory (no
+database read): the target per queue and resource, and the plans counted by outcome.
+
+Resources are labelled as the exporter labels them (`nvidia.com/gpu` -> `nvidia_com_gpu`, unit `core`,
+`byte` or `integer`), so a target joins with `volcano_queue_spec_capability` on (queue, resource, unit).
+"""
+
+from __future__ import annotations
+
+from typing import Protocol
+
+from exporter.model import res_from
+from watchdog.metrics import CAPABILITY_TARGET, CAPABILITY_UPDATES
+
+
+class CapabilityCounters(Protocol):
+    def targets(self) -> dict[str, dict[str, float]]: ...
+
+    def update_counts(self) -> dict[tuple[str, str], int]: ...
+
+
+def render_capability_metrics(controller: CapabilityCounters) -> str:
+    targets = controller.targets()
+    target_lines = [CAPABILITY_TARGET.resource_lines((queue,), res_from(targets[queue])) for queue in sorted(targets)]
+    counts = controller.update_counts()
+    update_lines = [CAPABILITY_UPDATES.line(key, value) for key, value in sorted(counts.items())]
+    return CAPABILITY_TARGET.header + "".join(target_lines) + CAPABILITY_UPDATES.header + "".join(update_lines)
