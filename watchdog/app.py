@@ -30,18 +30,20 @@ from exporter.kube.resources import JOBS, PODGROUPS, PODS, QUEUES, ResourceKind
 from exporter.model import Job, Pod, PodGroup, Queue, parse_job, parse_pod, parse_podgroup, parse_queue
 from exporter.podview import is_volcano_pod
 from watchdog.alerts import FIRING, RESOLVED, AlertBook, Transition
+from watchdog.capability.store import CapabilityChange
 from watchdog.cluster import ClusterIndex
 from watchdog.config import Settings
 from watchdog.db.engine import describe_error, migrate
 from watchdog.db.models import Alert
-from watchdog.detectors.base import Signal
+from watchdog.detectors.base import Signal, fingerprint
 from watchdog.detectors.failure import FailureDetector
 from watchdog.detectors.gang import GangDetector
 from watchdog.detectors.queue import QueueDetector
 from watchdog.detectors.waste import WasteDetector
 from watchdog.ledger import Ledger, enforce_retention
 from watchdog.notify.describe import alert_item
-from watchdog.notify.outbox import Outbox
+from watchdog.notify.message import AlertItem
+from watchdog.notify.outbox import NOTICE_LABEL, Outbox
 from watchdog.notify.sender import Leader, Notifier
 from watchdog.recommend import HistogramBook, Recommendation
 from watchdog.usage.metrics_api import MetricsApiCollector
@@ -411,6 +413,28 @@ class Watchdog:
             if any(removed.values()):
                 log.info("retention removed %s", removed)
 
+    def announce_capability(self, change: CapabilityChange) -> None:
+        """A queue's capability changed (or, in dry-run, would): a one-time notice through the routes.
+        Called on the capability controller's thread, in a transaction of its own."""
+        if not self.outbox.enabled:
+            return
+        changes = ", ".join(f"{resource} {_amount(change.before.get(resource))} -> {_amount(after)}"
+                            for resource, after in sorted(change.after.items()))
+        verb = "changed" if change.outcome == "applied" else "would change (dry-run)"
+        item = AlertItem(kind="QueueCapabilityChanged", severity="info", status=FIRING,
+                         summary=f"Queue {change.queue} capability {verb}: {changes}", queue=change.queue,
+                         subject=change.queue, reasons=tuple(f"{k}: {v}" for k, v in sorted(change.why.items())),
+                         started_at=change.at.isoformat().replace("+00:00", "Z"),
+                         fingerprint=fingerprint("QueueCapabilityChanged", change.queue, change.at.isoformat()),
+                         labels={NOTICE_LABEL: "true", "policy": change.policy, "mode": change.mode})
+        try:
+            with Session(self.engine) as session, session.begin():
+                self.outbox.enqueue(session, item, change.at)
+        except SQLAlchemyError as exc:
+            log.error("capability notice for queue %s not queued: %s", change.queue, describe_error(exc))
+            return
+        self.notifier.wake()
+
     def _round(self, kinds: frozenset[str], signals: list[Signal], session: Session, now: datetime) -> None:
         self._record(self.alerts.apply_round(kinds, signals, session, now), session, now)
 
@@ -438,3 +462,7 @@ class Watchdog:
     def _workload_of(self, namespace: str, pod: str) -> tuple[str, str]:
         info = self.index.pod_info(namespace, pod)
         return (info.workload, info.task) if info is not None else ("", "")
+
+
+def _amount(value: float | None) -> str:
+    return "unset" if value is None else f"{value:.4g}"

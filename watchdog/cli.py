@@ -83,12 +83,25 @@ def run_watchdog(settings: Settings) -> int:
     from exporter.kube.config import api_client
     from watchdog.api import CollectorHealth, Health, QueueView, create_app
     from watchdog.app import Watchdog
+    from watchdog.capability.api import capability_router
+    from watchdog.capability.controller import CapabilityController
+    from watchdog.capability.metrics import render_capability_metrics
+    from watchdog.leader import make_leader
 
     engine = make_engine(settings.database_url)
-    watchdog = Watchdog(settings, engine, api_client(settings.kubeconfig))
+    api = api_client(settings.kubeconfig)
+    # One leader (a Lease) sends messages and patches queues; the others watch and store.
+    leader = make_leader(api, settings.leader_election).start()
+    watchdog = Watchdog(settings, engine, api, leader=leader)
+    capability: CapabilityController | None = None
     try:
         watchdog.start()
+        if settings.capability.enabled:
+            capability = CapabilityController(settings.capability, engine, api, leader,
+                                              announce=watchdog.announce_capability,
+                                              namespaces=settings.namespaces).start()
     except SQLAlchemyError as exc:
+        leader.stop(release=True)
         return database_failure("prepare", engine, exc)
 
     def collectors() -> dict[str, CollectorHealth]:
@@ -104,10 +117,11 @@ def run_watchdog(settings: Settings) -> int:
         counts.update(watchdog.notifier.stats.outcomes)
         return counts
 
-    health = Health(watchdog.ready, collectors, leader=watchdog.notifier.leader.is_leader,
-                    notifications=notifications)
+    health = Health(watchdog.ready, collectors, leader=leader.is_leader, notifications=notifications,
+                    extra_metrics=(lambda: render_capability_metrics(capability)) if capability else str)
     app = create_app(engine, settings, health, queues=queues, outbox=watchdog.outbox,
-                     wake_notifier=watchdog.notifier.wake)
+                     wake_notifier=watchdog.notifier.wake,
+                     routers=[capability_router(engine, capability)] if capability else [])
     host, port = host_port(settings.listen)
     log.info("serving the API on %s:%d (database %s)", host, port, display_url(engine))
     server = QuietServer(uvicorn.Config(app, host=host, port=port, log_level="warning", access_log=False))
@@ -116,7 +130,10 @@ def run_watchdog(settings: Settings) -> int:
     try:
         server.run()
     finally:
+        if capability is not None:
+            capability.stop()
         watchdog.stop()
+        leader.stop(release=True)
         engine.dispose()
     return 0 if server.started else 1
 

@@ -41,6 +41,9 @@ __all__ = ["DEAD", "PENDING", "SENDING", "SENT", "UNCERTAIN", "Outbox", "alert_l
 
 PENDING, SENDING, SENT, DEAD, UNCERTAIN = "pending", "sending", "sent", "dead", "uncertain"
 FIRING, RESOLVED = "firing", "resolved"
+# An item with this label set to "true" is a one-time notice (a queue capability change): told once,
+# never repeated, never resolved.
+NOTICE_LABEL = "notice"
 
 
 def alert_labels(item: AlertItem) -> dict[str, str]:
@@ -178,11 +181,11 @@ class Outbox:
             group.last_flush_at = now
             made = 1
         for entry in visible:
-            if entry.status == RESOLVED:
-                session.delete(entry)
+            if entry.status == RESOLVED or items[entry.id].labels.get(NOTICE_LABEL) == "true":
+                session.delete(entry)  # resolved, or a one-time notice: told, and done
             else:
                 entry.notified_status = entry.status
-        still_firing = any(e.status == FIRING for e in entries)
+        still_firing = any(e.status == FIRING and items[e.id].labels.get(NOTICE_LABEL) != "true" for e in entries)
         group.flush_at = (group.last_flush_at or now) + timedelta(seconds=route.repeat_interval) \
             if still_firing else None
         if group.flush_at is not None and group.flush_at <= now:  # silenced all along: look again later
