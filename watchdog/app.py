@@ -43,7 +43,7 @@ from watchdog.detectors.waste import WasteDetector
 from watchdog.ledger import Ledger, enforce_retention
 from watchdog.notify.describe import alert_item
 from watchdog.notify.message import AlertItem
-from watchdog.notify.outbox import NOTICE_LABEL, Outbox
+from watchdog.notify.outbox import NOTICE_LABEL, Outbox, forget_delivered
 from watchdog.notify.sender import Leader, Notifier
 from watchdog.recommend import HistogramBook, Recommendation
 from watchdog.usage.metrics_api import MetricsApiCollector
@@ -410,6 +410,7 @@ class Watchdog:
             self.histograms.flush(session, now)
         elif task == "retention":
             removed = enforce_retention(session, self.settings.retention, now)
+            removed["notifications"] = forget_delivered(session, now, self.settings.notifications.retention_days)
             if any(removed.values()):
                 log.info("retention removed %s", removed)
 

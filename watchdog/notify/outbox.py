@@ -294,3 +294,17 @@ def outbox_counts(session: Session) -> dict[tuple[str, str], tuple[int, datetime
                            .where(NotificationDelivery.state.in_((PENDING, SENDING, DEAD)))
                            .group_by(NotificationDelivery.receiver, NotificationDelivery.state))
     return {(str(r), str(s)): (int(n), oldest) for r, s, n, oldest in rows}
+
+
+def forget_delivered(session: Session, now: datetime, days: float) -> int:
+    """Retention: finished messages (sent, dead, uncertain) older than `days`, and groups left empty
+    with nothing said for as long. Returns the number of messages removed."""
+    cutoff = now - timedelta(days=days)
+    result = session.execute(delete(NotificationDelivery).where(
+        NotificationDelivery.state.in_((SENT, DEAD, UNCERTAIN)), NotificationDelivery.updated_at < cutoff),
+        execution_options={"synchronize_session": False})
+    has_entries = exists().where(NotificationEntry.group_id == NotificationGroup.id)
+    has_messages = exists().where(NotificationDelivery.group_id == NotificationGroup.id)
+    session.execute(delete(NotificationGroup).where(NotificationGroup.updated_at < cutoff, ~has_entries,
+                                                    ~has_messages), execution_options={"synchronize_session": False})
+    return int(getattr(result, "rowcount", 0) or 0)

@@ -151,3 +151,21 @@ def test_order_per_group_and_inflight_settling(engine: Engine) -> None:
         assert states[first_a] == "uncertain"
         unblocked = ob.due_deliveries(session, now)
         assert len(unblocked) == 2 and Message.from_dict(unblocked[-1].message).status == "resolved"
+
+
+def test_retention_forgets_old_finished_messages_and_empty_groups(engine: Engine) -> None:
+    box = make_outbox({"receiver": "chat", "group_by": ["job_name"], "group_wait": 0, "group_interval": 0})
+    step(engine, box, 0, alert("old"))  # marked sent by step()
+    step(engine, box, 10, alert("old", "resolved"))
+    step(engine, box, 40 * 86400, alert("new"))
+    with Session(engine) as session, session.begin():
+        pending = NotificationDelivery(group_id=session.scalars(select(NotificationDelivery.group_id)).first(),
+                                       receiver="chat", state="pending", message={}, attempts=0,
+                                       next_attempt_at=at(0), created_at=at(0), updated_at=at(0), last_error="")
+        session.add(pending)
+    with Session(engine) as session, session.begin():
+        assert ob.forget_delivered(session, at(40 * 86400 + 60), days=30) == 2  # old firing + resolved
+    with Session(engine) as session:
+        left = session.execute(select(NotificationDelivery.state, NotificationDelivery.message)).all()
+    assert sorted(state for state, _ in left) == ["pending", "sent"]  # never drops an undelivered message
+    assert any(Message.from_dict(m).alerts[0].job_name == "new" for state, m in left if state == "sent")
