@@ -35,27 +35,32 @@ def substitute_grafana_variables(expr: str, values: dict[str, str] | None = None
     return _VARIABLE.sub(replace, expr)
 
 
-def _walk(node: Any, out: set[str]) -> None:
+def _selectors(node: Any, out: list[Any]) -> list[Any]:
     if isinstance(node, promql_parser.VectorSelector):
-        if node.name:
-            out.add(node.name)
-        else:  # {__name__="..."}
-            for matcher in node.matchers.matchers:
-                if matcher.name == "__name__":
-                    out.add(matcher.value)
-        return
-    for attr in ("expr", "lhs", "rhs", "vector_selector", "param"):
+        out.append(node)
+        return out
+    for attr in ("expr", "lhs", "rhs", "vector_selector", "param"):  # range selectors, subqueries, calls too
         child = getattr(node, attr, None)
         if child is not None and not isinstance(child, str | int | float):
-            _walk(child, out)
+            _selectors(child, out)
     for arg in getattr(node, "args", None) or ():
-        _walk(arg, out)
+        _selectors(arg, out)
+    return out
+
+
+def vector_selectors(expr: str) -> list[Any]:
+    """Every vector selector of `expr` (Grafana variables substituted first)."""
+    return _selectors(promql_parser.parse(substitute_grafana_variables(expr)), [])
 
 
 def metric_names(expr: str) -> set[str]:
     """Names of the metrics `expr` selects (Grafana variables are substituted first)."""
     out: set[str] = set()
-    _walk(promql_parser.parse(substitute_grafana_variables(expr)), out)
+    for node in vector_selectors(expr):
+        if node.name:
+            out.add(node.name)
+        else:  # {__name__="..."}
+            out.update(m.value for m in node.matchers.matchers if m.name == "__name__")
     return out
 
 
@@ -79,3 +84,13 @@ def documented_metrics() -> set[str]:
     for doc in ("docs/metrics.md", "docs/external-metrics.md"):
         names |= set(re.findall(r"`([a-zA-Z_:][a-zA-Z0-9_:]*)`", (ROOT / doc).read_text()))
     return names
+
+
+def documented_labels() -> dict[str, set[str]]:
+    """Metric -> its label names, from the tables of docs/metrics.md (ours, the watchdog's included)."""
+    labels: dict[str, set[str]] = {}
+    for line in (ROOT / "docs" / "metrics.md").read_text().splitlines():
+        cells = [c.strip() for c in line.split("|")]
+        if len(cells) > 4 and re.fullmatch(r"`\w+`", cells[1]):
+            labels[cells[1].strip("`")] = set(re.findall(r"`(\w+)`", cells[3]))
+    return labels

@@ -13,11 +13,10 @@ import sys
 from pathlib import Path
 from typing import Any
 
-import promql_parser
 import pytest
 import yaml
 
-from tests.promql import ROOT, documented_metrics, metric_names, promtool_check
+from tests.promql import ROOT, documented_labels, documented_metrics, metric_names, promtool_check, vector_selectors
 
 RULE_FILES = sorted((ROOT / "alerts").glob("*.rules.yml"))
 DASHBOARD_DIR = ROOT / "dashboards"
@@ -82,27 +81,6 @@ def undocumented(expressions: list[tuple[str, str]]) -> list[str]:
     return [f"{where}: {name}" for where, expr in expressions for name in sorted(metric_names(expr) - DOCUMENTED)]
 
 
-def _documented_labels() -> dict[str, set[str]]:
-    """Metric -> its label names, from the tables of docs/metrics.md."""
-    labels: dict[str, set[str]] = {}
-    for line in (ROOT / "docs" / "metrics.md").read_text().splitlines():
-        cells = [c.strip() for c in line.split("|")]
-        if len(cells) > 4 and re.fullmatch(r"`\w+`", cells[1]):
-            labels[cells[1].strip("`")] = set(re.findall(r"`(\w+)`", cells[3]))
-    return labels
-
-
-def _selectors(node: Any, out: list[Any]) -> list[Any]:
-    if isinstance(node, promql_parser.VectorSelector):
-        out.append(node)
-        return out
-    for attr in ("expr", "lhs", "rhs", "vector_selector", "param"):
-        child = getattr(node, attr, None)
-        if child is not None and not isinstance(child, str | int | float):
-            _selectors(child, out)
-    for arg in getattr(node, "args", None) or ():
-        _selectors(arg, out)
-    return out
 
 
 # ---- the alert rules --------------------------------------------------------------------------------
@@ -117,13 +95,13 @@ def test_rule_expressions_use_documented_metrics() -> None:
     assert not missing, "metrics in docs/metrics.md nor docs/external-metrics.md:\n" + "\n".join(missing)
 
 
-def test_rule_selectors_use_documented_labels() -> None:
+def test_rule_selectors_usedocumented_labels() -> None:
     """Matchers on volcano-monitor's own metrics name labels those metrics have (a `job=` where `job_name=`
     was meant selects nothing, silently)."""
-    documented = _documented_labels()
+    documented = documented_labels()
     wrong = []
     for where, expr in rule_expressions():
-        for selector in _selectors(promql_parser.parse(expr), []):
+        for selector in vector_selectors(expr):
             if selector.name in documented:
                 for matcher in selector.matchers.matchers:
                     if matcher.name not in documented[selector.name]:

@@ -42,7 +42,7 @@ from watchdog.detectors.queue import QueueDetector
 from watchdog.detectors.waste import WasteDetector
 from watchdog.ledger import Ledger, enforce_retention
 from watchdog.notify.describe import alert_item
-from watchdog.notify.message import AlertItem
+from watchdog.notify.message import AlertItem, rfc3339
 from watchdog.notify.outbox import NOTICE_LABEL, Outbox, forget_delivered
 from watchdog.notify.sender import Leader, Notifier
 from watchdog.recommend import HistogramBook, Recommendation
@@ -425,7 +425,7 @@ class Watchdog:
         item = AlertItem(kind="QueueCapabilityChanged", severity="info", status=FIRING,
                          summary=f"Queue {change.queue} capability {verb}: {changes}", queue=change.queue,
                          subject=change.queue, reasons=tuple(f"{k}: {v}" for k, v in sorted(change.why.items())),
-                         started_at=change.at.isoformat().replace("+00:00", "Z"),
+                         started_at=rfc3339(change.at),
                          fingerprint=fingerprint("QueueCapabilityChanged", change.queue, change.at.isoformat()),
                          labels={NOTICE_LABEL: "true", "policy": change.policy, "mode": change.mode})
         try:
@@ -449,7 +449,7 @@ class Watchdog:
             told = FIRING if t.new_state == FIRING else RESOLVED if t.old_state == FIRING else None
             if told is None or not self.outbox.enabled:
                 continue  # pending, or resolved before it fired: nobody was told
-            row = session.get(Alert, t.alert_id)
+            row = session.get(Alert, t.alert_id, populate_existing=True)
             if row is not None:
                 item = alert_item(row, told, api_url=self.settings.notifications.api_url,
                                   recommender=self._recommendations, workload_of=self._workload_of)

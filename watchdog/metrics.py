@@ -199,7 +199,6 @@ def _callback(function: Callable[[], T], what: str, default: T) -> T:
 
 def _notifications(session: Session, health: Health, now: datetime, database_up: bool) -> str:
     outcomes: dict[tuple[str, str], int] = _callback(health.notifications, "notification counters", {})
-    receivers = sorted({receiver for receiver, _ in outcomes})
     counts: dict[tuple[str, str], tuple[int, datetime | None]] = {}
     if database_up:
         try:
@@ -207,7 +206,7 @@ def _notifications(session: Session, health: Health, now: datetime, database_up:
         except SQLAlchemyError as exc:
             session.rollback()
             log.warning("/metrics: outbox unreadable (%s)", type(exc).__name__)
-    receivers = sorted(set(receivers) | {receiver for receiver, _ in counts})
+    receivers = sorted({receiver for receiver, _ in outcomes} | {receiver for receiver, _ in counts})
     sent = [NOTIFICATIONS.line(key, outcomes[key]) for key in sorted(outcomes)]
     pending, oldest, dead = [], [], []
     for receiver in receivers:

@@ -10,12 +10,17 @@ import shutil
 from pathlib import Path
 from typing import Any
 
-import promql_parser
 import pytest
 
 from dashboards import generate
-from tests.promql import ROOT, documented_metrics, metric_names, promtool_check, substitute_grafana_variables
-from watchdog.metrics import FAMILIES as WATCHDOG_FAMILIES
+from tests.promql import (
+    ROOT,
+    documented_labels,
+    documented_metrics,
+    metric_names,
+    promtool_check,
+    vector_selectors,
+)
 
 DIR = ROOT / "dashboards"
 DATASOURCE = {"type": "prometheus", "uid": "${datasource}"}
@@ -50,31 +55,6 @@ def _variables(dashboard: dict[str, Any]) -> dict[str, dict[str, Any]]:
     return {v["name"]: v for v in dashboard["templating"]["list"]}
 
 
-def _selectors(node: Any, out: list[Any]) -> list[Any]:
-    """Every vector selector in a parsed expression (inside range selectors, subqueries, calls too)."""
-    if isinstance(node, promql_parser.VectorSelector):
-        out.append(node)
-        return out
-    for attr in ("expr", "lhs", "rhs", "vector_selector", "param"):
-        child = getattr(node, attr, None)
-        if child is not None and not isinstance(child, str | int | float):
-            _selectors(child, out)
-    for arg in getattr(node, "args", None) or ():
-        _selectors(arg, out)
-    return out
-
-
-def _documented_labels() -> dict[str, set[str]]:
-    """Metric -> label names, from docs/metrics.md's tables and the watchdog's families (declared there
-    even when not rendered yet, and not yet in the docs while another change adds them)."""
-    labels: dict[str, set[str]] = {}
-    for line in (ROOT / "docs/metrics.md").read_text().splitlines():
-        cells = [c.strip() for c in line.split("|")]
-        if len(cells) > 4 and re.fullmatch(r"`\w+`", cells[1]):
-            labels[cells[1].strip("`")] = set(re.findall(r"`(\w+)`", cells[3]))
-    for family in WATCHDOG_FAMILIES:
-        labels[family.name] = set(family.labels)
-    return labels
 
 
 # ---- the generator and the committed files ---------------------------------------------------------
@@ -190,11 +170,11 @@ def test_promtool_check_is_not_a_no_op() -> None:
 
 
 def test_only_documented_metrics_and_labels() -> None:
-    known = documented_metrics() | {f.name for f in WATCHDOG_FAMILIES}
-    labels = _documented_labels()
+    known = documented_metrics()
+    labels = documented_labels()
     for expr in _all_exprs():
         assert metric_names(expr) <= known, f"{expr}: undocumented {metric_names(expr) - known}"
-        for sel in _selectors(promql_parser.parse(substitute_grafana_variables(expr)), []):
+        for sel in vector_selectors(expr):
             names = {m.name for m in sel.matchers.matchers}
             if sel.name in labels:  # ours: only their own labels (never `job`/`instance`)
                 assert names <= labels[sel.name], f"{expr}: {sel.name} has no label {names - labels[sel.name]}"

@@ -14,7 +14,7 @@ from typing import Literal
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 from watchdog.detectors.base import SEVERITIES
-from watchdog.notify.message import AlertItem
+from watchdog.notify.message import AlertItem, rfc3339
 
 __all__ = ["AlertmanagerAlert", "AlertmanagerPayload", "items"]
 
@@ -71,9 +71,6 @@ def _fingerprint(alert: AlertmanagerAlert) -> str:
     return ("am:" + own)[:64]
 
 
-def _iso(value: datetime | None) -> str:
-    return value.isoformat().replace("+00:00", "Z") if value is not None else ""
-
 
 def items(payload: AlertmanagerPayload) -> list[AlertItem]:
     out = []
@@ -89,8 +86,8 @@ def items(payload: AlertmanagerPayload) -> list[AlertItem]:
             status=alert.status, summary=summary[:4000], namespace=labels.get("namespace", ""),
             queue=labels.get("queue", ""), job_name=labels.get("job_name", ""),
             subject=labels.get("pod") or labels.get("podgroup") or "", reasons=reasons,
-            recommendation="", started_at=_iso(alert.startsAt),
-            resolved_at=_iso(alert.endsAt) if alert.status == "resolved" else "", source="alertmanager",
+            recommendation="", started_at=rfc3339(alert.startsAt),
+            resolved_at=rfc3339(alert.endsAt) if alert.status == "resolved" else "", source="alertmanager",
             fingerprint=_fingerprint(alert), url=alert.generatorURL or annotations.get("runbook_url", ""),
             labels=dict(labels),
         ))

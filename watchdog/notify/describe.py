@@ -4,12 +4,11 @@ has one, the right-sized request to use instead."""
 from __future__ import annotations
 
 from collections.abc import Callable
-from datetime import datetime
 from typing import Any
 
 from watchdog.db.models import Alert
 from watchdog.detectors.base import JOB_FAILED, JOB_IDLE, OVER_REQUESTED, POD_OOM_KILLED, POD_REJECTED
-from watchdog.notify.message import AlertItem
+from watchdog.notify.message import AlertItem, rfc3339
 from watchdog.recommend import Recommendation
 
 __all__ = ["alert_item", "format_bytes", "reasons", "recommendation_text"]
@@ -75,11 +74,7 @@ def alert_item(row: Alert, status: str, *, api_url: str | None = None, recommend
         queue=row.queue, job_name=row.job_name, subject=row.subject,
         reasons=reasons(row.kind, row.subject, details),
         recommendation=_recommendations(row, details, recommender, workload_of),
-        started_at=_iso(row.fired_at or row.started_at), resolved_at=_iso(row.resolved_at),
+        started_at=rfc3339(row.fired_at or row.started_at), resolved_at=rfc3339(row.resolved_at),
         source="watchdog", fingerprint=row.fingerprint,
         url=f"{api_url.rstrip('/')}/api/v1/alerts/{row.id}" if api_url else "",
     )
-
-
-def _iso(value: datetime | None) -> str:
-    return value.isoformat().replace("+00:00", "Z") if value is not None else ""

@@ -4,9 +4,15 @@ sends exactly what the first attempt sent) and rendered by one module per chat s
 from __future__ import annotations
 
 from dataclasses import asdict, dataclass, field
+from datetime import datetime
 from typing import Any
 
-__all__ = ["SEVERITY_COLOURS", "AlertItem", "Message", "MessageMentions"]
+__all__ = ["SEVERITY_COLOURS", "AlertItem", "Message", "MessageMentions", "rfc3339"]
+
+def rfc3339(value: datetime | None) -> str:
+    """How messages write times: `2026-11-24T12:00:00Z` ("" for none)."""
+    return value.isoformat().replace("+00:00", "Z") if value is not None else ""
+
 
 # Severity colours, shared by every channel that can colour a message.
 SEVERITY_COLOURS = {"critical": "#d0312d", "warning": "#f2a900", "info": "#2d7be5", "resolved": "#2e9b4f"}

@@ -144,9 +144,9 @@ class Outbox:
 
     def flush_due(self, session: Session, now: datetime, limit: int = 500) -> int:
         """Turn every due group into a message (a pending delivery). Returns the number of messages made."""
-        silences = active_silences(session, now)
         groups = session.scalars(select(NotificationGroup).where(NotificationGroup.flush_at <= now)
                                  .order_by(NotificationGroup.flush_at, NotificationGroup.id).limit(limit)).all()
+        silences = active_silences(session, now) if groups else []
         made = 0
         for group in groups:
             made += self._flush(session, group, silences, now)

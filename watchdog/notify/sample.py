@@ -4,11 +4,11 @@ from __future__ import annotations
 
 from datetime import UTC, datetime
 
-from watchdog.notify.message import AlertItem, Message
+from watchdog.notify.message import AlertItem, Message, rfc3339
 
 
 def sample_message(receiver: str, grafana_url: str | None = None, api_url: str | None = None) -> Message:
-    now = datetime.now(UTC).isoformat().replace("+00:00", "Z")
+    now = rfc3339(datetime.now(UTC))
     alert = AlertItem(
         kind="JobFailed", severity="critical", status="firing",
         summary="TEST MESSAGE from volcano-watchdog notify-test: Job team-a/etl-daily Failed (pods: OOMKilled)",

@@ -33,6 +33,7 @@ from sqlalchemy.orm import Session
 
 from exporter.kube.informer import Backoff
 from watchdog.db.engine import describe_error
+from watchdog.leader import AlwaysLeader
 from watchdog.notify import outbox
 from watchdog.notify.channels import Channel, SendResult, build_channel, send
 from watchdog.notify.message import Message
@@ -46,11 +47,6 @@ log = logging.getLogger(__name__)
 
 class Leader(Protocol):
     def is_leader(self) -> bool: ...
-
-
-class _Always:
-    def is_leader(self) -> bool:
-        return True
 
 
 class RateLimiter:
@@ -98,7 +94,7 @@ class Notifier:
         self.outbox = outbox_
         self.engine = engine
         self.delivery = delivery
-        self.leader: Leader = leader or _Always()
+        self.leader: Leader = leader or AlwaysLeader().start()
         self.clock = clock
         self.identity = f"{socket.gethostname()[:40]}-{uuid.uuid4().hex[:8]}"
         self.channels: dict[str, Channel] = {name: build_channel(r) for name, r in outbox_.receivers.items()}
