@@ -75,6 +75,7 @@ __all__ = [
 ]
 
 JOB_TERMINAL_PHASES = frozenset({"Completed", "Failed", "Aborted", "Terminated"})
+RUN_RESET_PHASES = frozenset({"Pending", "Restarting"})  # a new run begins: its start is still to come
 
 QUEUE_HIERARCHY_KEY = "volcano.sh/hierarchy"
 
@@ -132,26 +133,42 @@ class Job:
         return f"{self.name}-{self.uid}" if self.uid else self.name
 
 
+RUN_RESET_PHASES = frozenset({"Pending", "Restarting"})
+
+
 def _job_times(status: Mapping[str, Any], phase: str, probs: list[str]) -> tuple[float | None, float | None, str]:
+    """Start and finish of the job's latest run, from its conditions.
+
+    Volcano's controller appends a condition on every status write (one more `Running` each time a
+    pod starts or finishes), in order. The start is the *first* `Running` after the last `Pending` /
+    `Restarting`: a restarted run starts again. A run that has not reached Running yet has no start
+    while the job waits; a job that fails straight out of `Restarting` (retries exhausted) keeps the
+    start of the run that failed. The finish is the terminal entry."""
     start: float | None = None
+    new_run = False  # a Pending/Restarting came after `start`
     finish: float | None = None
     finish_phase = ""
     for i, raw in enumerate(arr(status, "conditions", "status.", probs)):
         path = f"status.conditions[{i}]"
         cond = item_obj(raw, path, probs)
         st = string(cond, "status", path + ".", probs)
+        if st in RUN_RESET_PHASES:
+            new_run = True
+            continue
         if st != "Running" and st not in JOB_TERMINAL_PHASES:
             continue
         ts = timestamp(cond, "lastTransitionTime", path + ".", probs)
         if ts is None:
             continue
         if st == "Running":
-            if start is None or ts > start:
-                start = ts
+            if start is None or new_run:
+                start, new_run = ts, False
         elif finish is None or ts >= finish:
             finish, finish_phase = ts, intern(st)
     if phase and phase not in JOB_TERMINAL_PHASES:  # e.g. resumed after Aborted: not finished now
         finish, finish_phase = None, ""
+        if new_run:
+            start = None  # waiting for the next run to start
     return start, finish, finish_phase
 
 

@@ -446,7 +446,39 @@ def test_job_resumed_after_abort_is_not_finished() -> None:
         ],
         "Restarting",
     )
-    assert (job.start_time, job.finish_time) == (parse_timestamp(T1), None)
+    assert (job.start_time, job.finish_time) == (None, None)  # the new run has not started
+
+
+def test_job_start_is_the_first_running_of_the_run() -> None:
+    """Volcano v1.12 appends a Running condition on every status write while the job runs."""
+    job = job_with(
+        [
+            {"status": "Pending", "lastTransitionTime": T0},
+            {"status": "Pending", "lastTransitionTime": T0},
+            {"status": "Running", "lastTransitionTime": T1},
+            {"status": "Running", "lastTransitionTime": T2},
+            {"status": "Completed", "lastTransitionTime": T3},
+        ],
+        "Completed",
+    )
+    assert (job.start_time, job.finish_time) == (parse_timestamp(T1), parse_timestamp(T3))
+
+
+def test_job_failed_out_of_restarting_keeps_its_last_run() -> None:
+    """maxRetry exhausted: Running, Restarting, Pending, Running, Restarting, Failed (recorded)."""
+    job = job_with(
+        [
+            {"status": "Running", "lastTransitionTime": T0},
+            {"status": "Restarting", "lastTransitionTime": T1},
+            {"status": "Pending", "lastTransitionTime": T1},
+            {"status": "Running", "lastTransitionTime": T2},
+            {"status": "Running", "lastTransitionTime": T3},
+            {"status": "Restarting", "lastTransitionTime": T3},
+            {"status": "Failed", "lastTransitionTime": T3},
+        ],
+        "Failed",
+    )
+    assert (job.start_time, job.finish_time, job.finish_phase) == (parse_timestamp(T2), parse_timestamp(T3), "Failed")
 
 
 def test_job_completed_latest_terminal_wins() -> None:
