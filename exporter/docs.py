@@ -74,13 +74,15 @@ GROUPS: tuple[tuple[str, tuple[Family, ...]], ...] = (
     ("Jobs and tasks", job.FAMILIES),
     ("Pods", pod.FAMILIES),
     ("PodGroups", podgroup.FAMILIES),
-    ("Queues", queue.FAMILIES),
+    ("Queues", (*queue.FAMILIES, *queue.COUNTED)),
     ("Derived per queue", queue.DERIVED),
     ("Exporter self-metrics", selfmetrics.FAMILIES),
 )
 
 GROUP_NOTES = {
-    "Queues": "Emitted by shard 0 only.",
+    "Queues": "Emitted by shard 0 only. `volcano_queue_status_podgroups` is derived: counted from the PodGroups "
+              "(every shard watches all of them), because recent Volcano releases (v1.12 included) write only "
+              "`allocated` and `state` into Queue status.",
     "Derived per queue": "Computed from the pods and Jobs each shard owns: sum across replicas.",
     "Exporter self-metrics": "How the exporter itself is doing; `resource` is the informer's resource "
                              "(`pods`, `jobs.batch.volcano.sh`, ...).",

@@ -77,7 +77,10 @@ __all__ = [
 JOB_TERMINAL_PHASES = frozenset({"Completed", "Failed", "Aborted", "Terminated"})
 RUN_RESET_PHASES = frozenset({"Pending", "Restarting"})  # a new run begins: its start is still to come
 
-QUEUE_HIERARCHY_KEY = "volcano.sh/hierarchy"
+# Every queue but `root` sits under a parent: v1.12's controller writes `spec.parent: root` into new
+# queues and the capacity plugin treats a queue without one as root's child. (The older
+# `volcano.sh/hierarchy` annotations are ignored by v1.12, recorded: the tree is `spec.parent` alone.)
+ROOT_QUEUE = "root"
 
 
 def _counts(d: Mapping[str, Any], path: str, probs: list[str], *keys: str) -> list[int]:
@@ -315,6 +318,23 @@ def _conditions(status: Mapping[str, Any], probs: list[str]) -> tuple[Condition,
     return tuple(out)
 
 
+def _min_resources(spec: Mapping[str, Any], probs: list[str]) -> Resources:
+    """`spec.minResources` with Volcano's quota-style keys folded into resource names.
+
+    The job controller writes `count/pods`, `pods`, `cpu`, `requests.cpu` (and `requests.memory`,
+    `requests.nvidia.com/gpu`, ...) for the same amounts: `requests.X` is X, `count/pods` is `pods`
+    (a pod count). Where both spellings are present they agree; the larger wins if they do not."""
+    out: dict[str, float] = {}
+    for name, amount in read_resource_list(spec, "minResources", "spec.", probs).items():
+        if name.startswith("limits."):
+            continue  # a quota on limits: not what the gang needs to be placed
+        name = name.removeprefix("requests.")
+        if name == "count/pods":
+            name = "pods"
+        out[name] = max(amount, out.get(name, 0.0))
+    return res_from(out)
+
+
 def parse_podgroup(raw: object) -> PodGroup:
     """A ``scheduling.volcano.sh/v1beta1`` PodGroup."""
     probs: list[str] = []
@@ -327,7 +347,7 @@ def parse_podgroup(raw: object) -> PodGroup:
         *meta,
         queue=istring(spec, "queue", "spec.", probs, "default") or "default",
         min_member=integer(spec, "minMember", "spec.", probs),
-        min_resources=res_from(read_resource_list(spec, "minResources", "spec.", probs)),
+        min_resources=_min_resources(spec, probs),
         priority_class=istring(spec, "priorityClassName", "spec.", probs),
         phase=istring(status, "phase", "status.", probs),
         running=running,
@@ -361,7 +381,6 @@ class Queue:
     inqueue: int
     completed: int
     unknown: int
-    hierarchy: str  # annotation volcano.sh/hierarchy ("root/eng/prod") of the older hierarchy scheme
     problems: tuple[str, ...] = ()
 
 
@@ -369,7 +388,7 @@ def parse_queue(raw: object) -> Queue:
     """A cluster-scoped ``scheduling.volcano.sh/v1beta1`` Queue."""
     probs: list[str] = []
     d = root(raw, probs)
-    meta, md = read_meta(d, probs)
+    meta, _ = read_meta(d, probs)
     spec = obj(d, "spec", "", probs)
     status = obj(d, "status", "", probs)
     guarantee = obj(spec, "guarantee", "spec.", probs)
@@ -377,13 +396,12 @@ def parse_queue(raw: object) -> Queue:
     pending, running, inqueue, completed, unknown = _counts(
         status, sp, probs, "pending", "running", "inqueue", "completed", "unknown"
     )
-    annotations = string_map(md, "annotations", "metadata.", probs)
     return Queue(
         name=meta[1],
         uid=meta[2],
         resource_version=meta[3],
         creation_timestamp=meta[4],
-        parent=istring(spec, "parent", "spec.", probs),
+        parent=istring(spec, "parent", "spec.", probs) or ("" if meta[1] == ROOT_QUEUE else ROOT_QUEUE),
         weight=integer(spec, "weight", "spec.", probs, 1),
         reclaimable=boolean(spec, "reclaimable", "spec.", probs),
         priority=integer(spec, "priority", "spec.", probs),
@@ -397,7 +415,6 @@ def parse_queue(raw: object) -> Queue:
         inqueue=inqueue,
         completed=completed,
         unknown=unknown,
-        hierarchy=annotations.get(QUEUE_HIERARCHY_KEY, ""),
         problems=tuple(probs),
     )
 

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import threading
 from collections import defaultdict
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterator, KeysView, Sequence
 from functools import lru_cache
 
 from exporter.families import job as job_families
@@ -55,6 +55,10 @@ class Rows:
             if rows:
                 out.append(header)
                 out.extend(rows.values())
+
+    def keys(self) -> KeysView[str]:
+        """The objects that have rows (every family's first one is always rendered)."""
+        return self.rows[0].keys()
 
     def __len__(self) -> int:
         return len(self.rows[0])
@@ -128,6 +132,9 @@ class ExporterStore:
         self._group_owner: dict[GroupKey, GroupOwner] = {}
         self._group_pods: dict[GroupKey, set[str]] = defaultdict(set)
         self._attributions: dict[GroupOwner, pod_families.Attribution] = {}
+        # Every PodGroup's (queue, phase label), and their counts per queue: Queue status lacks them.
+        self._group_phase: dict[GroupKey, QueuePhase] = {}
+        self.podgroup_counts: dict[QueuePhase, int] = defaultdict(int)
 
     # ---- event handlers (informer threads) --------------------------------------------------------------
 
@@ -188,7 +195,9 @@ class ExporterStore:
         """Every PodGroup, in every shard: where pods naming only their group belong."""
         group_key = (group.namespace, group.name)
         owner = None if event_type == DELETED else (group.queue, group.job_name, group.job_kind)
+        counted = None if event_type == DELETED else (group.queue, queue_families.podgroup_phase_label(group.phase))
         with self.lock:
+            self._count_group(group_key, counted)
             if self._group_owner.get(group_key) == owner:
                 return
             if owner is None:
@@ -212,6 +221,20 @@ class ExporterStore:
             self.queues.put(queue.name, queue_families.render(queue))
 
     # ---- internals (lock held) -------------------------------------------------------------------------
+
+    def _count_group(self, group_key: GroupKey, counted: QueuePhase | None) -> None:
+        previous = self._group_phase.get(group_key)
+        if previous == counted:
+            return
+        if previous is not None:
+            self.podgroup_counts[previous] -= 1
+            if self.podgroup_counts[previous] == 0:
+                del self.podgroup_counts[previous]
+        if counted is None:
+            del self._group_phase[group_key]
+        else:
+            self._group_phase[group_key] = counted
+            self.podgroup_counts[counted] += 1
 
     def _attribute(self, pod: Pod, key: str) -> pod_families.Attribution:
         queue, job_name, job_kind = pod.queue, pod.job_name, pod.job_kind
@@ -261,10 +284,14 @@ class ExporterStore:
         with self.lock:
             for rows in (self.jobs, self.podgroups, self.pods, self.queues):
                 rows.parts(parts)
+            if self.emit_queues:
+                lines = queue_families.podgroup_lines(self.podgroup_counts, self.queues.keys())
+                if lines:
+                    parts += (queue_families.PODGROUPS.header.encode(), lines.encode())
             self.aggregates.write(parts)
         for start in range(0, len(parts), batch):
             yield b"".join(parts[start:start + batch])
 
     def families(self) -> tuple[Family, ...]:
         return (*job_families.FAMILIES, *podgroup_families.FAMILIES, *pod_families.FAMILIES,
-                *queue_families.FAMILIES, *queue_families.DERIVED)
+                *queue_families.FAMILIES, *queue_families.COUNTED, *queue_families.DERIVED)

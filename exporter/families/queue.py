@@ -3,6 +3,8 @@ from pods and jobs, which every shard emits for the objects it owns."""
 
 from __future__ import annotations
 
+from collections.abc import Collection
+
 from exporter.families.base import Family, resource_labels
 from exporter.model import Queue
 
@@ -19,10 +21,16 @@ DESERVED = Family("volcano_queue_spec_deserved", "Resources the Queue deserves (
 ALLOCATED = Family("volcano_queue_status_allocated", "Resources allocated to the Queue's pods now.",
                    resource_labels("queue"))
 STATE = Family("volcano_queue_status_state", "The Queue's state (1 for the current one).", ("queue", "state"))
-PODGROUPS = Family("volcano_queue_status_podgroups", "PodGroups in the Queue by phase, as its status counts them.",
-                   ("queue", "phase"))
+FAMILIES = (INFO, WEIGHT, CAPABILITY, GUARANTEE, DESERVED, ALLOCATED, STATE)
 
-FAMILIES = (INFO, WEIGHT, CAPABILITY, GUARANTEE, DESERVED, ALLOCATED, STATE, PODGROUPS)
+# Counted by the exporter from the PodGroups (every shard watches all of them), emitted by shard 0:
+# Volcano stopped writing these counts into Queue status (v1.12 writes `allocated` and `state` only).
+PODGROUP_PHASES = ("pending", "running", "inqueue", "completed", "unknown")
+PODGROUPS = Family("volcano_queue_status_podgroups",
+                   "PodGroups in the Queue by phase (pending/running/inqueue/completed/unknown), counted from the "
+                   "PodGroups themselves: recent Volcano releases no longer write these counts into Queue status.",
+                   ("queue", "phase"))
+COUNTED = (PODGROUPS,)
 
 # Derived from pods and jobs, updated incrementally on every event.
 POD_REQUESTS = Family("volcano_queue_pod_requests",
@@ -44,7 +52,19 @@ def render(queue: Queue) -> tuple[str, ...]:
         DESERVED.resource_lines((name,), queue.deserved),
         ALLOCATED.resource_lines((name,), queue.allocated),
         STATE.line((name, queue.state), 1) if queue.state else "",
-        "".join(PODGROUPS.line((name, phase), count) for phase, count in (
-            ("pending", queue.pending), ("running", queue.running), ("inqueue", queue.inqueue),
-            ("completed", queue.completed), ("unknown", queue.unknown))),
     )
+
+
+def podgroup_phase_label(phase: str) -> str:
+    """A PodGroup phase as `volcano_queue_status_podgroups` counts it: a group with no status yet is pending."""
+    label = phase.lower() if phase else "pending"
+    return label if label in PODGROUP_PHASES else "unknown"
+
+
+def podgroup_lines(counts: dict[tuple[str, str], int], queues: Collection[str]) -> str:
+    """Every known queue with all five phases (0 included, so a panel shows zero, not "no data"), plus
+    queues that PodGroups name but that do not exist (their groups wait for nothing)."""
+    names = set(queues).union(queue for queue, _ in counts)
+    return "".join(PODGROUPS.line((queue, phase), counts.get((queue, phase), 0))
+                   for queue in sorted(names) for phase in PODGROUP_PHASES
+                   if queue in queues or counts.get((queue, phase)))

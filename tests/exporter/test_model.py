@@ -103,15 +103,13 @@ def test_example_jobs_requests_and_defaults() -> None:
 def test_example_queues() -> None:
     docs = examples_by_name()
     test = parse_queue(docs["test"])
-    assert (test.weight, test.reclaimable, test.capability, test.parent) == (1, False, (("cpu", 2.0),), "")
-    for name, hierarchy in [
-        ("root-eng-prod", "root/eng/prod"),
-        ("root-eng-dev", "root/eng/dev"),
-        ("root-sci-prod", "root/sci/prod"),
-        ("root-sci-dev", "root/sci/dev"),
-    ]:
+    assert (test.weight, test.reclaimable, test.capability, test.parent) == (1, False, (("cpu", 2.0),), "root")
+    # The `volcano.sh/hierarchy` annotations are ignored by v1.12 (recorded): each is a child of root.
+    for name in ["root-eng-prod", "root-eng-dev", "root-sci-prod", "root-sci-dev"]:
         q = parse_queue(docs[name])
-        assert (q.weight, q.reclaimable, q.hierarchy, q.parent) == (1, None, hierarchy, "")
+        assert (q.weight, q.reclaimable, q.parent) == (1, None, "root")
+    root = parse_queue({"metadata": {"name": "root"}, "spec": {}})
+    assert root.parent == ""
 
 
 # ---------------------------------------------------------------------------------------- Pod
@@ -546,6 +544,16 @@ def test_bad_timestamp_is_a_problem() -> None:
 # --------------------------------------------------------------------- PodGroup, Queue, Node
 
 
+def test_podgroup_min_resources_quota_keys() -> None:
+    """As Volcano v1.12's job controller writes them (recorded): quota-style keys fold into resources."""
+    raw = kubeflow_podgroup()
+    raw["spec"]["minResources"] = {"count/pods": "3", "cpu": "3", "pods": "3", "requests.cpu": "3",
+                                   "requests.memory": "6Gi", "requests.nvidia.com/gpu": "2", "limits.cpu": "9"}
+    pg = parse_podgroup(raw)
+    assert pg.problems == ()
+    assert res_dict(pg.min_resources) == {"cpu": 3.0, "memory": 6.0 * GI, "nvidia.com/gpu": 2.0, "pods": 3.0}
+
+
 def test_podgroup_of_a_kubeflow_job() -> None:
     pg = parse_podgroup(kubeflow_podgroup())
     assert pg.problems == ()
@@ -575,7 +583,7 @@ def test_queue_full() -> None:
     q = parse_queue(full_queue())
     assert q.problems == ()
     assert (q.name, q.uid, q.parent, q.weight, q.reclaimable) == ("research", "q-uid", "root", 4, True)
-    assert (q.priority, q.state, q.hierarchy) == (10, "Open", "root/research")
+    assert (q.priority, q.state) == (10, "Open")
     assert res_dict(q.capability) == {"cpu": 100.0, "memory": 400.0 * GI, "nvidia.com/gpu": 8.0}
     assert q.deserved == (("cpu", 50.0),)
     assert res_dict(q.guarantee) == {"cpu": 10.0, "memory": 10.0 * GI}

@@ -180,7 +180,6 @@ READ_FIELDS = [
     "queue spec|reclaimable boolean",
     "queue spec|guarantee|resource|cpu quantity",
     "queue status|allocated object",
-    "queue metadata|annotations|volcano.sh/hierarchy string",
     "node metadata|labels|zone string",
     "node spec|unschedulable boolean",
     "node spec|taints array",

@@ -121,10 +121,42 @@ def test_queue_series_and_odd_label_values_are_escaped() -> None:
     assert value(s, "volcano_queue_status_allocated", queue=q, resource="cpu") == 12.5
     assert value(s, "volcano_queue_spec_guarantee", queue=q, resource="memory", unit="byte") == 10 * 2**30
     assert value(s, "volcano_queue_info", queue=q, parent="root", reclaimable="true") == 1
-    assert value(s, "volcano_queue_status_podgroups", queue=q, phase="unknown") == 5
+    # Queue status counts (older releases) are not what the family reports: it counts PodGroups.
+    assert value(s, "volcano_queue_status_podgroups", queue=q, phase="unknown") == 0
     quiet = ExporterStore(emit_queues=False)  # shards other than 0
     quiet.on_queue(ADDED, parse_queue(raw))
     assert scrape(quiet) == {}
+
+
+def test_queue_podgroup_counts_are_derived_from_the_podgroups() -> None:
+    """Volcano v1.12 writes no PodGroup counts into Queue status: the exporter counts the groups."""
+    store = ExporterStore()
+    queue = objects.full_queue()
+    queue["metadata"]["name"] = "nlp"
+    store.on_queue(ADDED, parse_queue(queue))
+    groups = []
+    for i, phase in enumerate(["Pending", "Inqueue", "Running", "Running", None]):
+        raw = objects.kubeflow_podgroup()
+        raw["metadata"]["name"] = f"g{i}"
+        raw["status"] = {} if phase is None else {"phase": phase}  # a new group has no status yet
+        groups.append(raw)
+        store.on_podgroup_owner(ADDED, parse_podgroup(raw))
+    counts = {phase: value(scrape(store), "volcano_queue_status_podgroups", queue="nlp", phase=phase)
+              for phase in ("pending", "inqueue", "running", "completed", "unknown")}
+    assert counts == {"pending": 2, "inqueue": 1, "running": 2, "completed": 0, "unknown": 0}
+    groups[0]["status"] = {"phase": "Running"}
+    store.on_podgroup_owner(MODIFIED, parse_podgroup(groups[0]))
+    store.on_podgroup_owner(DELETED, parse_podgroup(groups[2]))
+    groups[3]["spec"]["queue"] = "elsewhere"  # a queue that does not exist (yet): still counted
+    store.on_podgroup_owner(MODIFIED, parse_podgroup(groups[3]))
+    s = scrape(store)
+    assert value(s, "volcano_queue_status_podgroups", queue="nlp", phase="pending") == 1
+    assert value(s, "volcano_queue_status_podgroups", queue="nlp", phase="running") == 1
+    assert value(s, "volcano_queue_status_podgroups", queue="elsewhere", phase="running") == 1
+    assert not select(s, "volcano_queue_status_podgroups", queue="elsewhere", phase="pending")
+    quiet = ExporterStore(emit_queues=False)  # other shards count too, but only shard 0 emits queue series
+    quiet.on_podgroup_owner(ADDED, parse_podgroup(groups[1]))
+    assert not select(scrape(quiet), "volcano_queue_status_podgroups")
 
 
 def test_malformed_objects_are_exported_with_what_could_be_read_and_counted() -> None:
