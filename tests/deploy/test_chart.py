@@ -102,7 +102,10 @@ def granted(role: dict[str, Any]) -> set[tuple[str, str, str]]:
 
 
 def pod_spec(docs: list[dict[str, Any]], name_suffix: str) -> dict[str, Any]:
-    workload = next(doc for doc in workloads(docs) if doc["metadata"]["name"].endswith(name_suffix))
+    """The pod spec of the workload named *<name_suffix>; "-exporter" also finds the sharded StatefulSet
+    (<fullname>-exporter-shard)."""
+    suffixes = (name_suffix, f"{name_suffix}-shard") if name_suffix == "-exporter" else (name_suffix,)
+    workload = next(doc for doc in workloads(docs) if doc["metadata"]["name"].endswith(suffixes))
     spec: dict[str, Any] = workload["spec"]["template"]["spec"]
     return spec
 
@@ -252,11 +255,14 @@ def test_sharded_exporter_takes_its_shard_from_the_pod_ordinal(tmp_path: Path) -
     its flags and environment with the exporter's own parser, as pod <name>-2 of 4."""
     docs = render(sets=("exporter.sharding.enabled=true", "exporter.sharding.shards=4",
                         "exporter.namespaces={team-a,team-b}"))
-    sts = one(docs, "StatefulSet", "-exporter")
-    service = one(docs, "Service", "-exporter")
+    sts = one(docs, "StatefulSet", "-exporter-shard")
+    service = one(docs, "Service", "-exporter-headless")
     assert sts["spec"]["replicas"] == 4
     assert [d["metadata"]["name"] for d in of_kind(docs, "Deployment")] == ["volcano-monitor-watchdog"]
     assert sts["spec"]["serviceName"] == service["metadata"]["name"] and service["spec"]["clusterIP"] == "None"
+    # The headless Service replaces the unsharded one (a Service cannot become headless: tests/deploy/test_upgrade.py).
+    assert sorted(s["metadata"]["name"] for s in of_kind(docs, "Service")) == [
+        "volcano-monitor-exporter-headless", "volcano-monitor-watchdog"]
     container = sts["spec"]["template"]["spec"]["containers"][0]
     stub = tmp_path / "volcano-exporter"
     stub.write_text(f"#!{sys.executable}\nimport json, sys\nfrom exporter.cli import parse_args\n"

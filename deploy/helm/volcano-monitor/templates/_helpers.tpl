@@ -52,6 +52,12 @@ app.kubernetes.io/component: {{ .component }}
 {{- end }}
 {{- end }}
 
+{{/* The exporter's Service: <fullname>-exporter, or the headless <fullname>-exporter-headless when sharded
+(a Service cannot switch between headless and not: each mode has its own). */}}
+{{- define "volcano-monitor.exporter.serviceName" -}}
+{{- include "volcano-monitor.componentName" (dict "ctx" . "component" (ternary "exporter-headless" "exporter" .Values.exporter.sharding.enabled)) }}
+{{- end }}
+
 {{- define "volcano-monitor.watchdog.serviceAccountName" -}}
 {{- if .Values.watchdog.serviceAccount.create }}
 {{- default (include "volcano-monitor.componentName" (dict "ctx" . "component" "watchdog")) .Values.watchdog.serviceAccount.name }}
