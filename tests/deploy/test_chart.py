@@ -84,7 +84,7 @@ WATCHDOG_RULES = (
     | {("scheduling.volcano.sh", r, v) for r in ("podgroups", "queues") for v in READ}
     | {("metrics.k8s.io", "pods", "get"), ("metrics.k8s.io", "pods", "list")}
     | {("scheduling.volcano.sh", "queues", "patch")}
-    | {("", "events", "create"), ("", "events", "patch")}
+    | {("", "events", v) for v in (*READ, "create", "patch")}
 )
 LEASE_RULES = {("coordination.k8s.io", "leases", v) for v in ("get", "create", "update")}
 
