@@ -81,15 +81,38 @@ def _resources() -> list[Panel]:
     panels.append(table_panel("Queues now", "One row per queue: weight, and per resource what it holds, deserves, "
                               "may hold at most, and what its pending pods ask for.", columns, sort_by="queue",
                               descending=False))
+    panels.append(_tree())
     return panels
+
+
+def _tree() -> Panel:
+    """The hierarchy as Volcano uses it (`spec.parent`; v1.12 puts every new queue under `root`, whose deserved
+    is the whole cluster and whose allocated is the sum of its children)."""
+    def with_parent(expr: str) -> str:
+        return f"max by (queue, parent) ({expr} * on(queue) group_left(parent) max by (queue, parent) " \
+               f"(volcano_queue_info{{{Q}}}))"
+
+    columns = [Column(Query(with_parent(f"volcano_queue_spec_weight{{{Q}}}"), "weight"))]
+    for resource, name, unit in RESOURCES:
+        short = name.split(" ")[0]
+        r = f'resource="{resource}"'
+        columns += [
+            Column(Query(with_parent(f"volcano_queue_status_allocated{{{Q}, {r}}}"), f"{short} allocated"), unit),
+            Column(Query(with_parent(f"volcano_queue_spec_deserved{{{Q}, {r}}}"), f"{short} deserved"), unit),
+        ]
+    columns.append(Column(Query(with_parent(f'sum by (queue) (volcano_queue_status_podgroups{{{Q}, '
+                                            f'phase=~"pending|inqueue"}})'), "PodGroups waiting")))
+    return table_panel("Queue tree", "Each queue with its parent (`spec.parent`; empty for `root`, whose deserved is "
+                       "the whole cluster). Sort by parent to read the tree; allocation of a parent includes its "
+                       "children's.", columns, sort_by="parent", descending=False)
 
 
 def _jobs() -> list[Panel]:
     return [
         timeseries_panel("Jobs by phase", "Volcano Jobs of the selected queues by phase.",
                          [Query(f"sum by (phase) (volcano_queue_jobs{{{Q}}})", "{{phase}}")], stacked=True),
-        timeseries_panel("PodGroups by phase", "PodGroups (Volcano Jobs and Kubeflow/Spark jobs) as the queues' "
-                         "status counts them.",
+        timeseries_panel("PodGroups by phase", "PodGroups (Volcano Jobs and Kubeflow/Spark jobs) of the selected "
+                         "queues by phase, counted by the exporter from the PodGroups.",
                          [Query(f"sum by (phase) (max by (queue, phase) (volcano_queue_status_podgroups{{{Q}}}))",
                                 "{{phase}}")], stacked=True),
         timeseries_panel("Running jobs by queue", "Volcano Jobs in phase Running, per queue.",

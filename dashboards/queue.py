@@ -38,6 +38,9 @@ def _summary() -> list[Panel]:
                    no_value="unknown"),
         stat_panel("Weight", "Weight for proportional sharing between queues.",
                    [Query(f"max(volcano_queue_spec_weight{{{Q}}})")]),
+        stat_panel("Parent", "The parent queue (`spec.parent`; every queue but root has one).",
+                   [Query(f"max by (parent) (volcano_queue_info{{{Q}}})", "{{parent}}")], show_name=True,
+                   no_value="none (root)"),
         stat_panel("Running jobs", "Volcano Jobs in phase Running.",
                    [Query(f'sum(volcano_queue_jobs{{{Q}, phase="Running"}})')]),
         stat_panel("Pending jobs", "Volcano Jobs in phase Pending.",
@@ -71,7 +74,7 @@ def _resources() -> list[Panel]:
 
 def _work() -> list[Panel]:
     return [
-        timeseries_panel("PodGroups by phase", "PodGroups as the queue's status counts them.",
+        timeseries_panel("PodGroups by phase", "The queue's PodGroups by phase, counted by the exporter from the PodGroups.",
                          [Query(f"max by (phase) (volcano_queue_status_podgroups{{{Q}}})", "{{phase}}")],
                          width=8, stacked=True),
         timeseries_panel("Jobs by phase", "Volcano Jobs in the queue by phase.",
