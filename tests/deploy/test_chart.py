@@ -83,9 +83,10 @@ WATCHDOG_RULES = (
     | {("batch.volcano.sh", "jobs", v) for v in READ}
     | {("scheduling.volcano.sh", r, v) for r in ("podgroups", "queues") for v in READ}
     | {("metrics.k8s.io", "pods", "get"), ("metrics.k8s.io", "pods", "list")}
-    | {("scheduling.volcano.sh", "queues", "patch")}
     | {("", "events", v) for v in (*READ, "create", "patch")}
 )
+# Only the capability controller writes Queues: granted when capability control is on.
+QUEUE_PATCH = {("scheduling.volcano.sh", "queues", "patch")}
 LEASE_RULES = {("coordination.k8s.io", "leases", v) for v in ("get", "create", "update")}
 
 
@@ -122,7 +123,8 @@ def test_rbac_grants_exactly_what_each_component_needs(values: tuple[str, ...]) 
     lease_role = one(docs, "Role", "-watchdog-leader-election")
     assert len(of_kind(docs, "ClusterRole")) == 2 and len(of_kind(docs, "Role")) == 1
     assert granted(exporter) == EXPORTER_RULES
-    assert granted(watchdog) == WATCHDOG_RULES
+    capability = values == (ALL_ON,)  # the one values file with watchdog.config.capability.enabled
+    assert granted(watchdog) == WATCHDOG_RULES | (QUEUE_PATCH if capability else set())
     assert granted(lease_role) == LEASE_RULES
     assert lease_role["metadata"]["namespace"] == NAMESPACE
     assert all("resourceNames" not in rule for rule in exporter["rules"] + watchdog["rules"])
@@ -144,6 +146,35 @@ def test_rbac_grants_exactly_what_each_component_needs(values: tuple[str, ...]) 
         assert binding["roleRef"]["kind"] == role["kind"]
         assert binding["subjects"] == [{"kind": "ServiceAccount", "name": pod_spec(docs, suffix)["serviceAccountName"],
                                         "namespace": NAMESPACE}]
+
+
+CAPABILITY_ENV = "watchdog.extraEnv[0].name=VOLCANO_WATCHDOG_CAPABILITY__ENABLED"
+
+
+@pytest.mark.parametrize(("sets", "patches"), [
+    ((), False),
+    (("watchdog.config.capability.enabled=false",), False),
+    (("watchdog.config.capability.enabled=true",), True),
+    (("watchdog.config.capability.enabled=true", "watchdog.config.capability.mode=dry-run"), True),
+    ((CAPABILITY_ENV, "watchdog.extraEnv[0].value=on"), True),
+    (("watchdog.config.capability.enabled=true", CAPABILITY_ENV, "watchdog.extraEnv[0].value=false"), False),
+], ids=["default", "off", "on", "dry-run", "env-on", "env-off"])
+def test_queue_patch_is_granted_exactly_when_the_watchdog_runs_capability_control(
+        sets: tuple[str, ...], patches: bool, tmp_path: Path) -> None:
+    """The grant follows capability.enabled as the watchdog itself reads it: its config file from the
+    rendered Secret, overridden by its environment."""
+    docs = render(sets=sets)
+    watchdog = granted(one(docs, "ClusterRole", "-watchdog"))
+    assert watchdog == WATCHDOG_RULES | (QUEUE_PATCH if patches else set())
+    assert watchdog_settings(docs, tmp_path).capability.enabled is patches
+
+
+def test_queue_patch_with_an_existing_config_secret_needs_rbac_patch_queues() -> None:
+    """The chart cannot read an existing Secret: `watchdog.config` is then ignored, for RBAC too."""
+    unseen = render(sets=("watchdog.existingConfigSecret=my-config", "watchdog.config.capability.enabled=true"))
+    assert granted(one(unseen, "ClusterRole", "-watchdog")) == WATCHDOG_RULES
+    told = render(sets=("watchdog.existingConfigSecret=my-config", "watchdog.rbac.patchQueues=true"))
+    assert granted(one(told, "ClusterRole", "-watchdog")) == WATCHDOG_RULES | QUEUE_PATCH
 
 
 # ---- pods ---------------------------------------------------------------------------------------------
@@ -320,6 +351,7 @@ def test_watchdog_accepts_the_settings_the_chart_gives_it(tmp_path: Path) -> Non
     assert [r.name for r in settings.notifications.receivers] == ["ml-team"]
     assert settings.detectors.idle_window_seconds == 900  # from watchdog.extraEnv
     assert settings.listen == "0.0.0.0:9747"
+    assert settings.capability.enabled is True and settings.capability.mode == "apply"
     defaults = watchdog_settings(render(), tmp_path)
     assert defaults.database_url == "sqlite:////var/lib/volcano-watchdog/watchdog.db" and defaults.api_token is None
 

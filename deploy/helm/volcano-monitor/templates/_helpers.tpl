@@ -115,6 +115,29 @@ affinity:
 {{- $db.type }}
 {{- end }}
 
+{{/* "true" when the watchdog's capability controller is on, so that its ClusterRole grants `patch` on
+Queues (its only use): `capability.enabled` in the config the chart renders (watchdog.config), overridden
+as in the watchdog by a VOLCANO_WATCHDOG_CAPABILITY__ENABLED value in watchdog.extraEnv; or
+watchdog.rbac.patchQueues, for what the chart cannot see (watchdog.existingConfigSecret, a variable from a
+Secret). Truth as the watchdog reads it: 1, true, yes, on, t, y. */}}
+{{- define "volcano-monitor.watchdog.capabilityEnabled" -}}
+{{- $w := .Values.watchdog }}
+{{- $truthy := list "1" "true" "yes" "on" "t" "y" }}
+{{- $enabled := false }}
+{{- if not $w.existingConfigSecret }}
+{{- $capability := get ($w.config | default dict) "capability" }}
+{{- if kindIs "map" $capability }}
+{{- $enabled = has (get $capability "enabled" | toString | lower) $truthy }}
+{{- end }}
+{{- end }}
+{{- range $w.extraEnv }}
+{{- if and (eq .name "VOLCANO_WATCHDOG_CAPABILITY__ENABLED") (hasKey . "value") }}
+{{- $enabled = has (.value | toString | lower) $truthy }}
+{{- end }}
+{{- end }}
+{{- if or $enabled $w.rbac.patchQueues }}true{{ end }}
+{{- end }}
+
 {{/* Where the SQLite file lives; the Dockerfile's WORKDIR is the same directory. */}}
 {{- define "volcano-monitor.watchdog.dataDir" -}}
 /var/lib/volcano-watchdog
