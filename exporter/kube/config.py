@@ -61,8 +61,32 @@ def load_configuration(kubeconfig: str | None = None, context: str | None = None
     )
 
 
-def api_client(kubeconfig: str | None = None, context: str | None = None, pool_size: int = 16) -> client.ApiClient:
+class ClusterClient(client.ApiClient):
+    """An ApiClient that can read its credentials again.
+
+    Projected service-account tokens rotate (hourly by default) and kubeconfig tokens get replaced; the
+    official client re-reads the in-cluster token only once a minute, and a kubeconfig's never. On an
+    HTTP 401 the informers call `reload_credentials` and retry at once (see `Informer`)."""
+
+    def __init__(self, settings: client.Configuration, kubeconfig: str | None, context: str | None) -> None:
+        super().__init__(settings)
+        self._source = (kubeconfig, context)
+        self.credential_reloads = 0
+
+    def reload_credentials(self) -> None:
+        """Load the configuration the same way as at start and take its credentials (bearer token,
+        basic auth, the refresh hook); TLS settings stay as they are. Raises ClusterConfigError."""
+        fresh = load_configuration(*self._source)
+        settings = self.configuration
+        settings.api_key = dict(fresh.api_key)
+        settings.api_key_prefix = dict(fresh.api_key_prefix)
+        settings.refresh_api_key_hook = fresh.refresh_api_key_hook
+        settings.username, settings.password = fresh.username, fresh.password
+        self.credential_reloads += 1
+
+
+def api_client(kubeconfig: str | None = None, context: str | None = None, pool_size: int = 16) -> ClusterClient:
     """An ApiClient whose connection pool fits one long-lived watch per informer plus requests."""
     settings = load_configuration(kubeconfig, context)
     settings.connection_pool_maxsize = pool_size
-    return client.ApiClient(settings)
+    return ClusterClient(settings, kubeconfig, context)

@@ -141,6 +141,7 @@ class Informer(Generic[T]):
         self.request_errors: Counter[str] = Counter()  # by HTTP code or "connection"
         self.last_error = ""
         self._reported = ""  # the standing problem already logged, so a retry loop logs it once
+        self._reloaded = False  # credentials read again since the last request that got through
         self._stop = threading.Event()
         self._response: urllib3.BaseHTTPResponse | None = None
         self._thread: threading.Thread | None = None
@@ -195,11 +196,18 @@ class Informer(Generic[T]):
             except orjson.JSONDecodeError as exc:  # a LIST body that is not JSON
                 self.decode_errors += 1
                 self._sleep_backoff(f"undecodable list response: {exc}")
+            except Exception as exc:  # e.g. a credential the HTTP library refuses to send: never end the thread
+                self.request_errors["client"] += 1
+                self.last_error = f"{type(exc).__name__}: {exc}"
+                log.exception("%s: unexpected error", self.name)
+                self._sleep_backoff(f"unexpected error: {self.last_error}")
         self.state = STOPPED
 
     def _on_status_error(self, exc: ApiStatusError) -> None:
         self.request_errors[str(exc.code)] += 1
         self.last_error = str(exc)
+        if exc.code == 401 and self._reload_credentials():
+            return  # retry at once with what was read
         if exc.code in (401, 403):
             if self._reported != FORBIDDEN:
                 self._reported = FORBIDDEN
@@ -218,6 +226,21 @@ class Informer(Generic[T]):
             self._stop.wait(self.forbidden_retry_seconds)
         else:
             self._sleep_backoff(f"the API server answered {exc}")
+
+    def _reload_credentials(self) -> bool:
+        """After a 401: read the token / kubeconfig again, once per failure streak (a rotated projected
+        token is the usual cause). False when there is nothing to reload or it was just done."""
+        reload = getattr(self.api, "reload_credentials", None)
+        if reload is None or self._reloaded:
+            return False
+        self._reloaded = True
+        try:
+            reload()
+        except Exception as exc:  # a ClusterConfigError, or a file that vanished mid-rotation
+            log.error("%s: unauthorized, and reading the credentials again failed: %s", self.name, exc)
+            return False
+        log.info("%s: unauthorized; credentials read again, retrying", self.name)
+        return True
 
     def _sleep_backoff(self, why: str) -> None:
         delay = self.backoff.next_delay()
@@ -241,6 +264,7 @@ class Informer(Generic[T]):
             if response.status == 410:
                 raise WatchExpired()
             raise ApiStatusError(response.status, self._status_message(body))
+        self._reloaded = False
         return response
 
     @staticmethod
