@@ -10,6 +10,7 @@ informer threads write, the HTTP thread reads.
 from __future__ import annotations
 
 import threading
+import weakref
 from collections import defaultdict
 from collections.abc import Iterator, KeysView, Sequence
 from functools import lru_cache
@@ -131,7 +132,10 @@ class ExporterStore:
         # Every PodGroup's owner (all shards need it to attribute their pods), and the pods waiting on one.
         self._group_owner: dict[GroupKey, GroupOwner] = {}
         self._group_pods: dict[GroupKey, set[str]] = defaultdict(set)
-        self._attributions: dict[GroupOwner, pod_families.Attribution] = {}
+        # One Attribution per job, shared by its pods; it goes with the last pod that holds it (months of
+        # finished jobs must not pile up here).
+        self._attributions: weakref.WeakValueDictionary[GroupOwner, pod_families.Attribution] = \
+            weakref.WeakValueDictionary()
         # Every PodGroup's (queue, phase label), and their counts per queue: Queue status lacks them.
         self._group_phase: dict[GroupKey, QueuePhase] = {}
         self.podgroup_counts: dict[QueuePhase, int] = defaultdict(int)

@@ -19,10 +19,11 @@ PHASE = Family("volcano_pod_status_phase", "The pod's current phase (1 for the c
 FAMILIES = (INFO, REQUESTS, PHASE)
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(frozen=True, slots=True, weakref_slot=True)
 class Attribution:
     """Where a pod belongs. Volcano Job pods say it in their labels; pods of Kubeflow or Spark jobs
-    only name their PodGroup, whose queue and owner fill in the rest."""
+    only name their PodGroup, whose queue and owner fill in the rest. (Weak-referenceable: the store
+    shares one per job and forgets it with the job's last pod.)"""
 
     queue: str
     job_name: str

@@ -168,3 +168,22 @@ def test_malformed_objects_are_exported_with_what_could_be_read_and_counted() ->
     s = scrape(store)
     assert value(s, "volcano_job_info", job_name="j") == 1
     assert store.parse_problems["jobs"] >= 2
+
+
+def test_finished_jobs_leave_nothing_behind() -> None:
+    """Months of uptime: per-job state goes with the job's last pod and group (issue 12, no leaks)."""
+    store = ExporterStore()
+    for round_ in range(3):
+        for j in range(200):
+            pod = objects.full_pod()
+            pod["metadata"]["name"] = f"job{j}-w-0"
+            pod["metadata"]["uid"] = f"uid-{round_}-{j}"
+            pod["metadata"]["labels"]["volcano.sh/job-name"] = f"job{j}-{round_}"
+            store.on_pod(ADDED, parse_pod(pod))
+        assert len(store._attributions) == 200
+        for j in range(200):
+            pod = objects.full_pod()
+            pod["metadata"]["name"] = f"job{j}-w-0"
+            store.on_pod(DELETED, parse_pod(pod))
+        assert (len(store._attributions), len(store._pod_state), len(store._group_pods)) == (0, 0, 0)
+        assert select(scrape(store), "volcano_pod_info") == {}
