@@ -26,7 +26,7 @@ from sqlalchemy.exc import InterfaceError, OperationalError, SQLAlchemyError
 from sqlalchemy.orm import Session
 
 from exporter.kube.informer import DELETED, Backoff, Informer
-from exporter.kube.resources import JOBS, PODGROUPS, PODS, QUEUES, ResourceKind
+from exporter.kube.resources import EVENTS, JOBS, PODGROUPS, PODS, QUEUES, ResourceKind
 from exporter.model import Job, Pod, PodGroup, Queue, parse_job, parse_pod, parse_podgroup, parse_queue
 from exporter.podview import is_volcano_pod
 from watchdog.alerts import FIRING, RESOLVED, AlertBook, Transition
@@ -40,6 +40,7 @@ from watchdog.detectors.failure import FailureDetector
 from watchdog.detectors.gang import GangDetector
 from watchdog.detectors.queue import QueueDetector
 from watchdog.detectors.waste import WasteDetector
+from watchdog.events import EventView, SchedulerNotes, about_podgroup
 from watchdog.ledger import Ledger, enforce_retention
 from watchdog.notify.describe import alert_item
 from watchdog.notify.message import AlertItem, rfc3339
@@ -107,8 +108,9 @@ class Watchdog:
                                       expected_interval_seconds=expected)
         self.ledger = Ledger()
         self.failures = FailureDetector(detectors)
-        self.gangs = GangDetector(detectors)
+        self.notes = SchedulerNotes()  # the scheduler's latest Event per PodGroup: GangUnschedulable's reason
         self.queues = QueueDetector(detectors)
+        self.gangs = GangDetector(detectors, self.notes, blocked=self.queues.blocked)
         # A finished run is judged once its last usage flush is surely in.
         self.waste = WasteDetector(detectors, settle_seconds=4 * self.intervals.flush)
         self._reconciled = False  # failure alerts of objects deleted while we were down are resolved once
@@ -157,6 +159,7 @@ class Watchdog:
         add(PODGROUPS, parse_podgroup, None)
         add(PODS, self._pod_view, is_volcano_pod)
         add(QUEUES, parse_queue, None)
+        add(EVENTS, self.notes.parse, about_podgroup)  # Events about PodGroups only, dropped before parsing
 
     def _pod_view(self, raw: Any) -> tuple[Pod, str]:
         """The Pod view, plus the value of the configured workload label (views keep no labels)."""
@@ -214,7 +217,7 @@ class Watchdog:
             log.error("final flush failed: %s", describe_error(exc))
 
     def ready(self) -> bool:
-        return self._started.is_set() and all(i.synced.is_set() for i in self.informers)
+        return self._started.is_set() and self._all_synced()
 
     def idle(self) -> bool:
         """Nothing queued (tests wait for this before looking at the database)."""
@@ -276,7 +279,10 @@ class Watchdog:
                 self._work.task_done()
 
     def _all_synced(self) -> bool:
-        return bool(self.informers) and all(i.synced.is_set() for i in self.informers)
+        """Every informer but the Events one has synced. Events only refine GangUnschedulable's reason:
+        a cluster whose RBAC does not grant them yet must not keep the watchdog unready."""
+        essential = [i for i in self.informers if i.kind is not EVENTS]
+        return bool(essential) and all(i.synced.is_set() for i in essential)
 
     def _take_batch(self, timeout: float) -> list[tuple[str, str, Any]]:
         try:
@@ -354,6 +360,7 @@ class Watchdog:
             job: Job = obj
             self.index.on_job(event_type, job)
             self.ledger.on_job(event_type, job, session, now)
+            self.gangs.on_job(event_type, job)
             signals = self.failures.on_job(event_type, job)
         elif what == "pods":
             pod, workload = obj
@@ -372,6 +379,9 @@ class Watchdog:
             q: Queue = obj
             self.index.on_queue(event_type, q)
             self.queues.on_queue(event_type, q)
+        elif what == "events":
+            event: EventView = obj
+            self.notes.on_event(event_type, event)
         elif what == "samples":
             self.recorder.ingest(obj, self.index.pod_info)
         if signals:

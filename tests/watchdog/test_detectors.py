@@ -321,8 +321,15 @@ def test_gang_back_to_inqueue_after_a_restart_starts_a_new_episode_now() -> None
 
 
 def test_gang_waiting_for_its_queue_is_left_to_queue_starved() -> None:
+    """Whatever the condition says: the queue detector decides whether the group waits for its queue
+    (more cases in test_gang_queue.py)."""
     conds = (condition("Unschedulable", T0 - 100, message="queue resource quota insufficient (queue q)"),)
-    assert gang("Pending", conds, []).check(T0) == []
+    queues = QueueDetector(SETTINGS)
+    queues.on_queue("ADDED", parse_queue(queue("research", parent="", capability={"cpu": "16"},
+                                               allocated={"cpu": "12"})))
+    d = GangDetector(SETTINGS, blocked=queues.blocked)
+    d.on_podgroup("ADDED", parse_podgroup(podgroup(phase="Pending", conditions=conds)))
+    assert d.check(T0) == []
 
 
 def test_partial_gang() -> None:

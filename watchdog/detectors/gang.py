@@ -1,11 +1,25 @@
 """Gang scheduling detectors: GangUnschedulable and PartialGang (periodic: both are "for longer than").
 
-GangUnschedulable: a PodGroup that Volcano cannot place as a whole and none of whose pods holds
-resources. Volcano keeps an old `Unschedulable` condition with status True after the group got a
-later `Scheduled` one, so "unschedulable now" is: the Unschedulable condition is the newer of the
-two, or the group went back to Pending/Inqueue (a restarted job) — then the condition's time says
-nothing about now, and the episode starts when the detector first sees it. A group Pending because
-its queue is at capability ("queue resource quota insufficient") is left to QueueStarved.
+GangUnschedulable: a PodGroup waiting (`Pending` or `Inqueue`) with none of its pods holding
+resources, for longer than `gang_unschedulable_seconds` — whatever its conditions say. Real Volcano
+(v1.12) leaves a gang bigger than the whole cluster `Pending` with no conditions at all; only the
+scheduler's Events say why. So the rule is the phase and the time, and the reason is whichever is
+newer: the scheduler's latest Event about the group (`watchdog.events.SchedulerNotes`) or its
+`Unschedulable` condition. When the episode began:
+- a group never scheduled (no `Scheduled` condition): its creation — a watchdog started late does
+  not wait the whole threshold again;
+- an `Unschedulable` condition newer than `Scheduled`: that condition's time;
+- otherwise (a group back to Pending/Inqueue, e.g. a restarted job): when the detector first sees it
+  (Volcano keeps old conditions, so their times say nothing about now).
+A group whose Volcano Job was deleted is skipped: the garbage collector is about to remove it (real
+Volcano re-enqueues the empty group, Running -> Pending -> Inqueue, in the meantime).
+
+One cause, one alert: a group that waits only because its queue, an ancestor or the cluster is full
+with what already runs — it would fit alone, and Volcano admits it once something finishes — is
+QueueStarved's business (`watchdog.detectors.queue`), and raises no GangUnschedulable. The detector
+asks the queue detector (`blocked`) with the group's minResources. A gang that does not fit even
+an empty queue or cluster, or that was admitted but cannot be placed (NotEnoughResources,
+fragmentation), is GangUnschedulable.
 
 PartialGang: some pods of a group Running (holding nodes, GPUs) while fewer than minMember pods
 hold resources and others wait unbound — the gang will not start, and what it holds is wasted.
@@ -18,17 +32,26 @@ with `KINDS` resolves what a round no longer reports.
 
 from __future__ import annotations
 
+from collections import OrderedDict
+from collections.abc import Callable
 from datetime import UTC, datetime
 from typing import Any, NamedTuple
 
-from exporter.model import PodGroup, Resources, res_add, res_dict
+from exporter.model import Job, PodGroup, Resources, res_add, res_dict
 from exporter.podview import Pod
 from watchdog.config import Detectors
 from watchdog.detectors.base import GANG_UNSCHEDULABLE, PARTIAL_GANG, Signal, fingerprint
+from watchdog.events import SchedulerNotes
 
-__all__ = ["GangDetector"]
+__all__ = ["Blocked", "GangDetector"]
 
 WAITING_PHASES = frozenset({"", "Pending", "Inqueue", "Unknown"})
+UNSCHEDULED_PHASES = frozenset({"", "Pending", "Inqueue"})
+MAX_DELETED_JOBS = 10_000
+SUMMARY_MESSAGE_LEN = 300
+
+# (queue, demand) -> what QueueStarved would say blocks it (None: nothing; it waits for another reason)
+Blocked = Callable[[str, Resources], dict[str, Any] | None]
 
 
 class _PodState(NamedTuple):
@@ -45,12 +68,28 @@ def _time(ts: float | None) -> datetime | None:
 class GangDetector:
     KINDS = frozenset({GANG_UNSCHEDULABLE, PARTIAL_GANG})
 
-    def __init__(self, settings: Detectors) -> None:
+    def __init__(self, settings: Detectors, notes: SchedulerNotes | None = None,
+                 blocked: Blocked | None = None) -> None:
         self.settings = settings
+        self.notes = notes if notes is not None else SchedulerNotes()
+        self.blocked = blocked
         self._groups: dict[tuple[str, str], PodGroup] = {}
         self._pods: dict[str, _PodState] = {}  # pod uid -> state (Pending / Running pods of a group)
         self._members: dict[tuple[str, str], set[str]] = {}  # group -> pod uids
+        self._deleted_jobs: OrderedDict[tuple[str, str], None] = OrderedDict()  # Volcano Jobs seen DELETED
+        self._blocked_at: dict[tuple[str, str], float] = {}  # group -> last check it waited for its queue
         self.skipped = 0
+
+    def on_job(self, event_type: str, job: Job) -> None:
+        """Only to know which groups are orphans of a deleted Job (bounded memory)."""
+        key = (job.namespace, job.name)
+        if event_type == "DELETED":
+            self._deleted_jobs[key] = None
+            self._deleted_jobs.move_to_end(key)
+            while len(self._deleted_jobs) > MAX_DELETED_JOBS:
+                self._deleted_jobs.popitem(last=False)
+        else:
+            self._deleted_jobs.pop(key, None)
 
     def on_podgroup(self, event_type: str, group: PodGroup) -> None:
         if not group.name:
@@ -59,6 +98,8 @@ class GangDetector:
         key = (group.namespace, group.name)
         if event_type == "DELETED":
             self._groups.pop(key, None)
+            self._blocked_at.pop(key, None)
+            self.notes.forget(group.namespace, group.name)
         else:
             self._groups[key] = group
 
@@ -102,34 +143,54 @@ class GangDetector:
         return signals
 
     def _unschedulable(self, group: PodGroup, now: float) -> Signal | None:
+        if group.owner_kind == "Job" and (group.namespace, group.owner_name) in self._deleted_jobs:
+            return None  # an orphan the garbage collector is about to delete
+        key = (group.namespace, group.name)
+        if self.blocked is not None and group.min_resources and self.blocked(group.queue, group.min_resources):
+            self._blocked_at[key] = now
+            return None  # waits for its queue or the cluster to free up: QueueStarved
         unsched = scheduled = None
         for cond in group.conditions:
             if cond.type == "Unschedulable" and cond.status == "True":
                 unsched = cond
             elif cond.type == "Scheduled" and cond.status == "True":
                 scheduled = cond
-        if unsched is None:
-            return None
-        if group.phase in ("", "Pending") and "queue" in unsched.message.lower():
-            return None  # waiting for its queue: QueueStarved's business
-        t_unsched = unsched.last_transition_time
-        newer = scheduled is None or (t_unsched is not None and t_unsched > (scheduled.last_transition_time or 0))
-        if not newer and group.phase not in ("", "Pending", "Inqueue"):
-            return None
-        since = _time(min(t_unsched, now)) if newer and t_unsched is not None else None
+        t_unsched = unsched.last_transition_time if unsched is not None else None
+        t_scheduled = scheduled.last_transition_time if scheduled is not None else None
+        newer = t_unsched is not None and t_unsched > (t_scheduled or 0)
+        if group.phase not in UNSCHEDULED_PHASES and not (unsched is not None and (scheduled is None or newer)):
+            return None  # e.g. Unknown: only with a current Unschedulable condition
+        since: float | None = None
+        if scheduled is None:
+            since = group.creation_timestamp if group.creation_timestamp is not None else t_unsched
+        elif newer:
+            since = t_unsched
+        blocked_at = self._blocked_at.get(key)
+        if blocked_at is not None and since is not None:
+            since = max(since, blocked_at)  # the time it waited for its queue was QueueStarved's
+        reason, message, source = "", "", ""
+        if unsched is not None:
+            reason, message, source = unsched.reason, unsched.message, "condition"
+        note = self.notes.latest(group.namespace, group.name, group.uid)
+        if note is not None and (unsched is None or t_unsched is None or (note.at or 0) >= t_unsched):
+            reason, message, source = note.reason, note.message, "event"
         details: dict[str, Any] = {
             "podgroup_uid": group.uid, "phase": group.phase, "min_member": group.min_member,
-            "min_resources": res_dict(group.min_resources), "reason": unsched.reason,
-            "message": unsched.message[:1000], "job_kind": group.job_kind,
+            "min_resources": res_dict(group.min_resources), "reason": reason, "message": message[:1000],
+            "source": source, "job_kind": group.job_kind,
         }
+        why = message or reason or "no reason given"
+        if len(why) > SUMMARY_MESSAGE_LEN:
+            why = why[:SUMMARY_MESSAGE_LEN - 1] + "…"
         return Signal(
             kind=GANG_UNSCHEDULABLE, active=True,
             fingerprint=fingerprint(GANG_UNSCHEDULABLE, group.namespace, group.name, group.uid),
             severity="warning", namespace=group.namespace, queue=group.queue, job_name=group.job_name,
             subject=group.name,
-            summary=f"PodGroup {group.namespace}/{group.name} (minMember {group.min_member}) cannot be scheduled: "
-                    f"{unsched.reason or 'Unschedulable'}",
-            details=details, for_seconds=self.settings.gang_unschedulable_seconds, since=since,
+            summary=f"PodGroup {group.namespace}/{group.name} (minMember {group.min_member}) cannot be scheduled "
+                    f"({group.phase or 'Pending'}): {why}",
+            details=details, for_seconds=self.settings.gang_unschedulable_seconds,
+            since=_time(min(since, now)) if since is not None else None,
         )
 
     def _partial(self, group: PodGroup, running: int, held: int, waiting: int, holding: Resources) -> Signal:

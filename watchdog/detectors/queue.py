@@ -1,14 +1,22 @@
-"""QueueStarved (periodic): a queue has demand waiting while it — or an ancestor — sits at its
-capability, for longer than `queue_starved_seconds`.
+"""QueueStarved (periodic): a queue has demand waiting while it, an ancestor, or the whole cluster
+is full with what already runs, for longer than `queue_starved_seconds`.
 
 Demand is what Volcano has not admitted or placed: PodGroups still `Pending` (not enqueued; their
 minResources is what they wait for) and unbound Pending pods of admitted groups. A demand item
-starves on resource r of queue q (the item's queue or an ancestor) when it requests r, the queue
-caps r, `allocated(q)[r] + item[r] > capability(q)[r]` and the item alone would fit under the cap:
-it waits because of what the queue already runs. An item bigger than the capability itself never
-fits whatever runs — that is a configuration problem, not starvation, and is not reported here.
-
-Queue `status.allocated` is Volcano's (it includes the children of a hierarchical queue).
+starves on resource r when it requests r and, for a limit L with allocation A,
+`A[r] + item[r] > L[r]` while the item alone would fit (`item[r] <= L[r]`): it waits because of what
+already runs, and Volcano will admit or place it once something finishes. The limits, in order:
+- the `capability` of the item's queue and of each ancestor (`spec.parent`, else `root`), against
+  that queue's `status.allocated` (Volcano's, children of a hierarchical queue included);
+- the cluster — also for queues without any capability: the `root` queue's `spec.deserved` (Volcano
+  v1.12 sets it to the whole cluster's allocatable; else its `spec.capability`) against root's
+  `status.allocated` (the sum of every queue's). Without a root queue carrying either (Volcano
+  before the root queue existed), the watchdog does not know the cluster's size (it watches no
+  nodes) and only capabilities are checked.
+An item bigger than the limit itself never fits whatever runs — a configuration problem or a gang
+too big for the cluster, not starvation — and is not reported here: GangUnschedulable reports such
+a PodGroup. Conversely GangUnschedulable stays quiet for a group this detector finds blocked
+(`blocked()`), so one cause raises one alert.
 """
 
 from __future__ import annotations
@@ -23,6 +31,7 @@ from watchdog.detectors.base import QUEUE_STARVED, Signal, fingerprint
 __all__ = ["QueueDetector"]
 
 EPSILON = 1e-6
+ROOT = "root"
 
 
 class _Demand(NamedTuple):
@@ -97,20 +106,20 @@ class QueueDetector:
             waiting[queue] = waiting.get(queue, 0) + 1
             if queue in starved:
                 continue
-            hit = self._limit(queue, item.requests)
+            hit = self.blocked(queue, item.requests)
             if hit is not None:
-                limiting, resource, allocated, capability = hit
-                starved[queue] = {"limiting_queue": limiting, "resource": resource, "allocated": allocated,
-                                  "capability": capability, "example": f"{item.namespace}/{item.name}",
+                starved[queue] = {**hit, "example": f"{item.namespace}/{item.name}",
                                   "example_requests": res_dict(item.requests)}
         signals = []
         for queue, details in sorted(starved.items()):
             details["waiting"] = waiting[queue]
+            full = (f"the cluster is full on {details['resource']}" if details["scope"] == "cluster" else
+                    f"queue {details['limiting_queue']} is at its {details['resource']} capability")
             signals.append(Signal(
                 kind=QUEUE_STARVED, fingerprint=fingerprint(QUEUE_STARVED, queue), active=True, severity="warning",
                 queue=queue, subject=queue,
-                summary=f"Queue {queue}: {waiting[queue]} waiting while queue {details['limiting_queue']} is at its "
-                        f"{details['resource']} capability ({details['allocated']:g} of {details['capability']:g})",
+                summary=f"Queue {queue}: {waiting[queue]} waiting while {full} "
+                        f"({details['allocated']:g} of {details['capability']:g} allocated)",
                 details=details, for_seconds=self.settings.queue_starved_seconds,
             ))
         return signals
@@ -129,13 +138,28 @@ class QueueDetector:
                 items.append(item._replace(queue=queue))
         return items
 
-    def _limit(self, queue: str, requests: Resources) -> tuple[str, str, float, float] | None:
+    def blocked(self, queue: str, requests: Resources) -> dict[str, object] | None:
+        """What keeps `requests` of `queue` waiting for running work to finish, or None: the first limit
+        (a queue's capability up the chain, then the cluster) it would fit alone but not on top of
+        what is allocated now. Also asked by GangDetector, so that one cause raises one alert."""
         for q in self._chain(queue):
-            for resource, cap in q.capability:
-                want = res_get(requests, resource)
-                if want <= 0 or want > cap + EPSILON:
-                    continue
-                allocated = res_get(q.allocated, resource)
-                if allocated + want > cap + EPSILON:
-                    return q.name, resource, allocated, cap
+            hit = _over(requests, q.capability, q.allocated)
+            if hit is not None:
+                return {"scope": "queue", "limiting_queue": q.name, **hit}
+        root = self._queues.get(ROOT)
+        if root is not None:
+            hit = _over(requests, root.deserved or root.capability, root.allocated)
+            if hit is not None:
+                return {"scope": "cluster", "limiting_queue": root.name, **hit}
         return None
+
+
+def _over(requests: Resources, limit: Resources, allocated: Resources) -> dict[str, object] | None:
+    for resource, cap in limit:
+        want = res_get(requests, resource)
+        if want <= 0 or want > cap + EPSILON:
+            continue
+        used = res_get(allocated, resource)
+        if used + want > cap + EPSILON:
+            return {"resource": resource, "allocated": used, "capability": cap}
+    return None
