@@ -136,7 +136,12 @@ class JobOut(BaseModel):
     memory_byte_seconds_used: float
     gpu_seconds_requested: float
     gpu_seconds_used: float
+    pods_pending: int
+    pods_running: int
+    pods_succeeded: int  # of the last status that reported finished pods (Volcano's final status drops them)
+    pods_failed: int
     object_deleted: bool
+    deleted_at: datetime | None  # set without finished_at: deleted before it finished
     updated_at: datetime
     efficiency: Efficiency
 

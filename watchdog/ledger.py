@@ -11,6 +11,17 @@ Which runs: a Volcano Job is keyed by its UID. Jobs of other operators on Volcan
 PyTorchJob/TFJob/MPIJob, Spark) are only visible through the PodGroup they create, so such a run is
 keyed by the PodGroup's UID with kind and name of the group's owner (the same UID the usage
 recorder attributes their pods to). A PodGroup owned by a Volcano Job is that Job's run: skipped.
+
+Times: `started_at` is the Job's start as `exporter.model` reads it (the first Running condition of
+the current run), `finished_at` its terminal condition's time. A deletion is not a finish: a Job
+deleted while Running (real Volcano sends one DELETED event still showing Running, no Terminated
+phase) keeps `finished_at` NULL and gets `object_deleted` and `deleted_at`; so does a run found gone
+after a restart (`mark_gone`). Whatever reads "when did the run end" uses `ended_at()`.
+
+Pod counts: `pods_pending`/`pods_running` mirror the latest status (a terminal job runs nothing).
+Volcano's final status of a finished Job drops `succeeded`/`failed`/`taskStatusCount` (and
+Restarting/Completing statuses carry only `terminating`), so `pods_succeeded`/`pods_failed` change
+only on a status that reports finished pods: the last such status of the run stays.
 """
 
 from __future__ import annotations
@@ -38,7 +49,14 @@ _CHUNK = 500
 VOLCANO_JOB_KIND = "Job"
 # Columns the ledger owns; the *_seconds_* integrals belong to the usage recorder.
 _METADATA = ("kind", "namespace", "name", "workload", "queue", "created_at", "phase", "reason", "message",
-             "retry_count", "requested_cpu_cores", "requested_memory_bytes", "requested_gpus", "updated_at")
+             "retry_count", "requested_cpu_cores", "requested_memory_bytes", "requested_gpus", "pods_pending",
+             "pods_running", "updated_at")
+_FINISHED_PODS = ("pods_succeeded", "pods_failed")
+
+
+def ended_at() -> Any:
+    """When a run ended, as an SQL expression: its finish, else its deletion (NULL: still on)."""
+    return func.coalesce(JobRun.finished_at, JobRun.deleted_at)
 
 
 def _time(epoch: float | None) -> datetime | None:
@@ -64,7 +82,7 @@ def efficiency(run: JobRun) -> dict[str, float | None]:
 
 
 @cache
-def _upsert_statement(dialect: str, keep_times: bool, deleted: bool) -> Any:
+def _upsert_statement(dialect: str, keep_times: bool, deleted: bool, finished_pods: bool) -> Any:
     """INSERT ... ON CONFLICT (uid) DO UPDATE of the ledger's own columns, built once per variant
     (building one costs milliseconds; a relist replays thousands of jobs)."""
     insert = (postgresql.insert if dialect == "postgresql" else sqlite.insert)(JOB_RUNS)
@@ -72,6 +90,8 @@ def _upsert_statement(dialect: str, keep_times: bool, deleted: bool) -> Any:
     started = bindparam("p_started", type_=c.started_at.type)
     finished = bindparam("p_finished", type_=c.finished_at.type)
     set_: dict[str, Any] = {name: ex[name] for name in _METADATA}
+    if finished_pods:
+        set_.update({name: ex[name] for name in _FINISHED_PODS})
     if keep_times:
         set_["started_at"] = func.coalesce(c.started_at, started)
         set_["finished_at"] = func.coalesce(c.finished_at, finished)
@@ -79,9 +99,8 @@ def _upsert_statement(dialect: str, keep_times: bool, deleted: bool) -> Any:
         set_["started_at"] = started
         set_["finished_at"] = finished
     if deleted:
-        set_["finished_at"] = func.coalesce(set_["finished_at"], c.finished_at,
-                                            bindparam("p_now", type_=c.finished_at.type))
         set_["object_deleted"] = True
+        set_["deleted_at"] = func.coalesce(c.deleted_at, bindparam("p_now", type_=c.deleted_at.type))
     return insert.on_conflict_do_update(index_elements=[c.uid], set_=set_)
 
 
@@ -105,6 +124,8 @@ class Ledger:
             "requested_cpu_cores": res_get(job.requests, "cpu"),
             "requested_memory_bytes": res_get(job.requests, "memory"),
             "requested_gpus": _gpus(job.requests),
+            "pods_pending": job.pending, "pods_running": job.running, "pods_succeeded": job.succeeded,
+            "pods_failed": job.failed,
         }, now, deleted=event_type == DELETED, keep_times=False)
 
     def on_podgroup(self, event_type: str, group: PodGroup, session: Session, now: datetime) -> None:
@@ -130,25 +151,29 @@ class Ledger:
             "requested_cpu_cores": res_get(group.min_resources, "cpu"),
             "requested_memory_bytes": res_get(group.min_resources, "memory"),
             "requested_gpus": _gpus(group.min_resources),
+            "pods_pending": 0, "pods_running": group.running, "pods_succeeded": group.succeeded,
+            "pods_failed": group.failed,
         }, now, deleted=event_type == DELETED, keep_times=True)
 
     def _upsert(self, session: Session, values: dict[str, Any], now: datetime, *, deleted: bool,
                 keep_times: bool) -> None:
         """Insert or update by uid. `keep_times`: a start/finish already recorded wins (a PodGroup
         says only "running now", not since when); else the object's own times are mirrored.
-        Deleted: the run is over; a missing finish becomes `now`."""
+        Deleted: marked deleted at `now` (the first time only); the finish stays what the object says."""
         for key, limit in (("uid", 64), ("kind", 64), ("namespace", 253), ("name", 253), ("workload", 253),
                            ("queue", 253), ("phase", 32), ("reason", 256), ("message", 100_000)):
             values[key] = values[key].replace("\x00", "")[:limit]  # PostgreSQL refuses NUL in text
-        values.update(updated_at=now, object_deleted=deleted, p_started=values["started_at"],
-                      p_finished=values["finished_at"], p_now=now)
-        if deleted:
-            values["finished_at"] = values["finished_at"] or now
-        session.execute(_upsert_statement(session.get_bind().dialect.name, keep_times, deleted), values)
+        values.update(updated_at=now, object_deleted=deleted, deleted_at=now if deleted else None,
+                      p_started=values["started_at"], p_finished=values["finished_at"], p_now=now)
+        finished_pods = values["pods_succeeded"] > 0 or values["pods_failed"] > 0
+        statement = _upsert_statement(session.get_bind().dialect.name, keep_times, deleted, finished_pods)
+        session.execute(statement, values)
         self.upserts += 1
+
     def mark_gone(self, session: Session, live_uids: Collection[str], now: datetime) -> int:
         """After the informers' first full sync: rows of runs whose object no longer exists (deleted
-        while the watchdog was down, so no DELETED event came) are marked deleted and finished."""
+        while the watchdog was down, so no DELETED event came) are marked deleted now; their finish
+        stays what the object last said (NULL for a run that never finished)."""
         c = JOB_RUNS.c
         live = set(live_uids)
         candidates = list(session.scalars(select(c.uid).where(c.object_deleted.is_(False))))
@@ -157,7 +182,7 @@ class Ledger:
             session.execute(
                 update(JOB_RUNS).where(c.uid.in_(gone[i:i + _CHUNK])).values(
                     object_deleted=True, updated_at=now,
-                    finished_at=func.coalesce(c.finished_at, literal(now, type_=c.finished_at.type)),
+                    deleted_at=func.coalesce(c.deleted_at, literal(now, type_=c.deleted_at.type)),
                 )
             )
         return len(gone)
@@ -170,7 +195,8 @@ def _deleted(session: Session, statement: Any) -> int:
 
 def enforce_retention(session: Session, settings: Retention, now: datetime) -> dict[str, int]:
     """Delete what is older than configured: usage rollups by bucket start, ledger rows by finish
-    (a run deleted unfinished counts from its last update), resolved alerts by resolution."""
+    (a run deleted unfinished counts from its deletion, else its last update), resolved alerts by
+    resolution."""
     usage_cutoff = now - timedelta(days=settings.usage_days)
     jobs_cutoff = now - timedelta(days=settings.jobs_days)
     alerts_cutoff = now - timedelta(days=settings.alerts_days)
@@ -178,7 +204,8 @@ def enforce_retention(session: Session, settings: Retention, now: datetime) -> d
         "usage_rollups": _deleted(session, delete(UsageRollup).where(UsageRollup.bucket_start < usage_cutoff)),
         "job_runs": _deleted(session, delete(JobRun).where(or_(
             JobRun.finished_at < jobs_cutoff,
-            and_(JobRun.finished_at.is_(None), JobRun.object_deleted.is_(True), JobRun.updated_at < jobs_cutoff),
+            and_(JobRun.finished_at.is_(None), JobRun.object_deleted.is_(True),
+                 func.coalesce(JobRun.deleted_at, JobRun.updated_at) < jobs_cutoff),
         ))),
         "alerts": _deleted(session, delete(Alert).where(Alert.state == "resolved", Alert.resolved_at < alerts_cutoff)),
     }

@@ -29,6 +29,7 @@ from exporter.families.base import COUNTER, Family
 from exporter.selfmetrics import version
 from watchdog import recommend
 from watchdog.db.models import Alert, JobRun
+from watchdog.ledger import ended_at
 from watchdog.notify.outbox import outbox_counts
 
 if TYPE_CHECKING:
@@ -124,7 +125,7 @@ def _efficiency(session: Session, now: datetime) -> str:
         select(r.namespace, r.name, r.queue, r.cpu_core_seconds_used, r.cpu_core_seconds_requested,
                r.memory_byte_seconds_used, r.memory_byte_seconds_requested, r.gpu_seconds_used,
                r.gpu_seconds_requested)
-        .where(r.finished_at >= now - EFFICIENCY_WINDOW, r.finished_at <= now).order_by(r.finished_at, r.id))
+        .where(ended_at() >= now - EFFICIENCY_WINDOW, ended_at() <= now).order_by(ended_at(), r.id))
     latest: dict[tuple[str, str], str] = {}
     for namespace, name, queue, cpu, cpu_req, mem, mem_req, gpu, gpu_req in rows:
         lines = [JOB_EFFICIENCY.line((namespace, name, queue, resource), used / requested)
@@ -144,7 +145,7 @@ def _waste(session: Session, now: datetime) -> str:
         select(r.queue, wasted(r.cpu_core_seconds_requested, r.cpu_core_seconds_used),
                wasted(r.memory_byte_seconds_requested, r.memory_byte_seconds_used),
                wasted(r.gpu_seconds_requested, r.gpu_seconds_used))
-        .where(r.finished_at >= now - EFFICIENCY_WINDOW, r.finished_at <= now).group_by(r.queue).order_by(r.queue))
+        .where(ended_at() >= now - EFFICIENCY_WINDOW, ended_at() <= now).group_by(r.queue).order_by(r.queue))
     core, memory, gpu = [], [], []
     for queue, cpu_waste, memory_waste, gpu_waste in rows:
         core.append(WASTED_CORE.line((queue,), float(cpu_waste or 0)))

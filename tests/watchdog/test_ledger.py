@@ -3,10 +3,11 @@ that outlive the object, accumulators never reset, retention."""
 
 from __future__ import annotations
 
+from dataclasses import replace
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
-from sqlalchemy import Engine, func, select, update
+from sqlalchemy import Engine, column, func, select, table, update
 from sqlalchemy.orm import Session
 
 from exporter.model import Job, PodGroup, parse_job, parse_podgroup
@@ -105,8 +106,10 @@ def test_deleted_job_keeps_its_row(engine: Engine) -> None:
         session.commit()
     done, killed = rows(engine)
     assert done.object_deleted and done.finished_at == datetime(2024, 5, 1, 11, 0, tzinfo=UTC)
-    assert done.phase == "Completed"
-    assert killed.object_deleted and killed.finished_at == NOW + timedelta(hours=3)
+    assert done.phase == "Completed" and done.deleted_at == NOW + timedelta(hours=2)
+    # Deleted while Running (real Volcano: one DELETED event still showing Running): not a finish.
+    assert killed.object_deleted and killed.finished_at is None and killed.phase == "Running"
+    assert killed.deleted_at == NOW + timedelta(hours=3)
 
 
 def test_kubeflow_run_from_its_podgroup(engine: Engine) -> None:
@@ -128,7 +131,7 @@ def test_kubeflow_run_from_its_podgroup(engine: Engine) -> None:
         ledger.on_podgroup("DELETED", podgroup("Running"), session, NOW + timedelta(hours=3))
         session.commit()
     [run] = rows(engine)
-    assert run.object_deleted and run.finished_at == NOW + timedelta(hours=2)
+    assert run.object_deleted and run.finished_at is None and run.deleted_at == NOW + timedelta(hours=2)
 
 
 def test_hostile_strings_fit_the_columns(engine: Engine) -> None:
@@ -152,7 +155,7 @@ def test_mark_gone_and_efficiency(engine: Engine) -> None:
             memory_byte_seconds_requested=10.0))
         session.commit()
     gone, live = rows(engine)
-    assert gone.object_deleted and gone.finished_at == NOW + timedelta(hours=1)
+    assert gone.object_deleted and gone.finished_at is None and gone.deleted_at == NOW + timedelta(hours=1)
     assert not live.object_deleted and live.finished_at is None
     assert efficiency(live) == {"cpu": 0.25, "memory": 0.5, "gpu": None}
 
@@ -165,7 +168,7 @@ def test_retention(engine: Engine) -> None:
             session.add(JobRun(uid=uid, namespace="a", name=uid, workload=uid, finished_at=finished, updated_at=old))
         ledger.on_job("ADDED", job("Running", uid="deleted-unfinished"), session, old)
         session.flush()
-        ledger.mark_gone(session, {"old", "recent", "running"}, old)  # finishes it at `old`
+        ledger.mark_gone(session, {"old", "recent", "running"}, old)  # deleted (unfinished) at `old`
         for days in (20, 13, 0):
             session.add(UsageRollup(bucket_start=NOW - timedelta(days=days), bucket_seconds=300, namespace="a",
                                     pod="p", container="c"))
@@ -190,3 +193,56 @@ def test_objects_without_uid_are_skipped(engine: Engine) -> None:
         ledger.on_podgroup("ADDED", podgroup("Running", uid=bad_uid), session, NOW)
         session.commit()
     assert ledger.skipped == 2 and rows(engine) == []
+
+
+def counted(phase: str, uid: str = "uid-1", **counts: int) -> Job:
+    raw_job = job(phase, uid=uid)
+    return replace(raw_job, **counts)
+
+
+def test_pod_counts_survive_a_final_status_without_them(engine: Engine) -> None:
+    """Real Volcano's last status of a finished Job drops succeeded/failed/taskStatusCount, and a
+    Completing/Restarting status carries only `terminating`: the finished-pod counts stay."""
+    ledger = Ledger()
+    with Session(engine) as session:
+        ledger.on_job("ADDED", counted("Running", running=3), session, NOW)
+        ledger.on_job("MODIFIED", counted("Running", running=1, succeeded=2), session, NOW)
+        ledger.on_job("MODIFIED", counted("Completing", terminating=1), session, NOW)
+        ledger.on_job("MODIFIED", counted("Completed", succeeded=2, failed=1), session, NOW)
+        ledger.on_job("MODIFIED", counted("Completed"), session, NOW)  # version bump, counts wiped
+        ledger.on_job("DELETED", counted("Completed"), session, NOW)
+        session.commit()
+    [run] = rows(engine)
+    assert (run.pods_pending, run.pods_running, run.pods_succeeded, run.pods_failed) == (0, 0, 2, 1)
+
+
+def test_migration_0005_moves_deletion_times_out_of_finished_at(database_url: str) -> None:
+    """Rows the old ledger finished at their deletion get deleted_at instead; real finishes stay."""
+    from watchdog.db.engine import make_engine, migrate
+
+    names = ("uid", "kind", "namespace", "name", "workload", "queue", "phase", "reason", "message", "retry_count",
+             "requested_cpu_cores", "requested_memory_bytes", "requested_gpus", "cpu_core_seconds_requested",
+             "cpu_core_seconds_used", "memory_byte_seconds_requested", "memory_byte_seconds_used",
+             "gpu_seconds_requested", "gpu_seconds_used", "object_deleted", "updated_at", "finished_at")
+    columns = JobRun.__table__.c  # type: ignore[attr-defined]
+    old_job_runs = table("job_runs", *(column(name, columns[name].type) for name in names))  # as of 0004
+    engine = make_engine(database_url)
+    try:
+        migrate(engine, "0004")
+        old, killed = NOW - timedelta(hours=1), NOW
+        with engine.begin() as connection:
+            for uid, phase, finished in (("done", "Completed", old), ("killed", "Running", killed),
+                                         ("live", "Running", None)):
+                connection.execute(old_job_runs.insert().values(
+                    uid=uid, kind="Job", namespace="a", name=uid, workload=uid, queue="", phase=phase, reason="",
+                    message="", retry_count=0, requested_cpu_cores=0, requested_memory_bytes=0, requested_gpus=0,
+                    cpu_core_seconds_requested=0, cpu_core_seconds_used=0, memory_byte_seconds_requested=0,
+                    memory_byte_seconds_used=0, gpu_seconds_requested=0, gpu_seconds_used=0,
+                    object_deleted=uid != "live", updated_at=NOW, finished_at=finished))
+        migrate(engine, "0005")
+        found = {r.uid: r for r in rows(engine)}
+        assert (found["done"].finished_at, found["done"].deleted_at) == (old, NOW)
+        assert (found["killed"].finished_at, found["killed"].deleted_at) == (None, killed)
+        assert (found["live"].finished_at, found["live"].deleted_at, found["live"].pods_failed) == (None, None, 0)
+    finally:
+        engine.dispose()

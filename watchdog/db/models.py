@@ -88,7 +88,16 @@ class JobRun(Base):
     memory_byte_seconds_used: Mapped[float] = mapped_column(Float, default=0.0)
     gpu_seconds_requested: Mapped[float] = mapped_column(Float, default=0.0)
     gpu_seconds_used: Mapped[float] = mapped_column(Float, default=0.0)  # utilisation x GPUs x seconds
+    # Pods of the run as Volcano last counted them. A finished Job's final status drops its counts, so
+    # succeeded/failed keep the last status that reported finished pods (see watchdog.ledger).
+    pods_pending: Mapped[int] = mapped_column(Integer, default=0, server_default="0")
+    pods_running: Mapped[int] = mapped_column(Integer, default=0, server_default="0")
+    pods_succeeded: Mapped[int] = mapped_column(Integer, default=0, server_default="0")
+    pods_failed: Mapped[int] = mapped_column(Integer, default=0, server_default="0")
     object_deleted: Mapped[bool] = mapped_column(default=False)
+    # When the object was seen deleted (or found gone). A run deleted before it finished keeps
+    # finished_at NULL: a deletion is not a finish.
+    deleted_at: Mapped[datetime | None]
     updated_at: Mapped[datetime]
 
 

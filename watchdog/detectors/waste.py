@@ -31,6 +31,7 @@ from sqlalchemy.orm import Session
 from watchdog.config import Detectors
 from watchdog.db.models import Alert, JobRun, UsageRollup
 from watchdog.detectors.base import JOB_IDLE, OVER_REQUESTED, Signal, fingerprint
+from watchdog.ledger import ended_at
 
 __all__ = ["MIN_COVERAGE", "WasteDetector"]
 
@@ -197,9 +198,10 @@ class WasteDetector:
     def _over_requested(self, session: Session, now: datetime) -> list[Signal]:
         ratio = self.settings.over_requested_ratio
         j = JobRun
+        ended = ended_at()  # a run deleted while running ended too: judged from start to deletion
         query = select(j).where(
-            j.finished_at >= now - timedelta(seconds=self.report_seconds),
-            j.finished_at <= now - timedelta(seconds=self.settle_seconds),
+            ended >= now - timedelta(seconds=self.report_seconds),
+            ended <= now - timedelta(seconds=self.settle_seconds),
             j.started_at.is_not(None),
             or_(and_(j.cpu_core_seconds_requested > 0, j.cpu_core_seconds_used > 0,
                      j.cpu_core_seconds_used < ratio * j.cpu_core_seconds_requested),
@@ -208,9 +210,10 @@ class WasteDetector:
         )
         signals = []
         for run in session.scalars(query):
-            if run.started_at is None or run.finished_at is None:
+            end = run.finished_at or run.deleted_at
+            if run.started_at is None or end is None:
                 continue
-            ran = (run.finished_at - run.started_at).total_seconds()
+            ran = (end - run.started_at).total_seconds()
             if ran < self.settings.over_requested_min_seconds:
                 continue
             signals.append(self._over_signal(run, ran, ratio))
