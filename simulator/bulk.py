@@ -47,7 +47,6 @@ def _populate(store: Store, spec: BulkSpec, t: float) -> None:
         store.upsert(NODES, o.node_object(node, t))
 
     allocated: dict[str, Resources] = {q: {} for q in queues}
-    pg_counts: dict[str, dict[str, int]] = {q: {} for q in queues}
     slot = 0
     for j in range(jobs):
         replicas = spec.pods // jobs + (1 if j < spec.pods % jobs else 0)
@@ -84,17 +83,17 @@ def _populate(store: Store, spec: BulkSpec, t: float) -> None:
         store.update(JOBS, {"metadata": {"name": run.name, "namespace": run.namespace},
                             "status": o.job_status(run, t)}, subresource="status")
         store.create(PODGROUPS, o.podgroup_object(run))
-        counts = pg_counts[workload.queue]
-        counts[run.pg_phase.lower()] = counts.get(run.pg_phase.lower(), 0) + 1
 
     root_alloc: Resources = {}
     for q in queues:
         add(root_alloc, allocated[q])
-    root = o.queue_object(QueueSpec("root", parent=None, reclaimable=False), t)
+    cluster: Resources = {}
+    for node in nodes:
+        add(cluster, node.allocatable)
+    root = o.queue_object(QueueSpec("root", parent=None, reclaimable=False), t, cluster)
     root["status"]["allocated"] = format_resources(root_alloc, keep=("cpu", "memory"))
     store.upsert(QUEUES, root)
     for q in queues:
         obj = o.queue_object(QueueSpec(q, weight=1), t)
         obj["status"]["allocated"] = format_resources(allocated[q], keep=("cpu", "memory"))
-        obj["status"].update({k: pg_counts[q].get(k, 0) for k in ("pending", "running", "inqueue")})
         store.upsert(QUEUES, obj)

@@ -64,8 +64,9 @@ class Driver(Controllers):
             node = make_node(spec)
             self.nodes[spec.name] = node
             self.store.upsert(NODES, o.node_object(node, self.now))
+        cluster = self._cluster_allocatable()
         for qspec in self.scenario.queues:
-            self.store.upsert(QUEUES, o.queue_object(qspec, self.now))
+            self.store.upsert(QUEUES, o.queue_object(qspec, self.now, cluster))
         if self.scenario.bulk is not None:
             populate(self.store, self.scenario.bulk, self.now)
             return
@@ -118,7 +119,7 @@ class Driver(Controllers):
                 run = self.runs.get((namespace, name))
                 if run is not None and run.is_vcjob and run.uid == uid:
                     was_finished = run.finished
-                    self._gc(run, job_in_store=False)
+                    self._orphan(run)
                     if not was_finished and run.workload.repeat:
                         self._after(run.workload.pause, functools.partial(self._submit, run.workload))
             else:
@@ -126,7 +127,7 @@ class Driver(Controllers):
                 if pod is not None and pod.uid == uid and not pod.removed:
                     self._remove_pod(pod, in_store=False)
                     run = pod.run
-                    alive = run.phase in ("Pending", "Running") if run.is_vcjob else True
+                    alive = run.phase in ("Pending", "Running") and not run.orphaned if run.is_vcjob else True
                     if alive and not run.finished and run.pg_phase != "Pending":
                         self._create_pod(run, pod.task, pod.index)  # the controller replaces a lost pod
                         self._request_schedule()

@@ -21,7 +21,7 @@ from simulator.quantity import Resources, add, format_resources
 from simulator.resources import EVENTS, JOBS, PODGROUPS, PODS, QUEUES, ResourceType
 from simulator.scenario import Scenario
 from simulator.scheduler import queue_chain, queue_view
-from simulator.state import JOB_API, NodeSim, Obj, PodSim, RunSim, rfc3339
+from simulator.state import JOB_API, NodeSim, Obj, PodSim, RunSim, pod_counts, rfc3339
 from simulator.store import Store
 
 SCHEDULE_DELAY = 1.0  # scenario seconds: Volcano's schedule period
@@ -101,7 +101,7 @@ class Engine:
         for pod in self.pods.values():
             if pod.holding:
                 for name in queue_chain(pod.run.queue, queues):
-                    add(allocated.setdefault(name, {}), pod.requests)
+                    add(allocated.setdefault(name, {}), {**pod.requests, "pods": 1.0})
         return allocated
 
     def _delete(self, rtype: ResourceType, namespace: str, name: str) -> None:
@@ -139,15 +139,22 @@ class Engine:
                                      "status": obj["status"]}, subresource="status")
 
     def _write_run(self, run: RunSim) -> None:
-        if run.is_vcjob:
+        if run.is_vcjob and not run.orphaned:
             current = self.store.get(JOBS, run.namespace, run.name)
             if current is not None and current["metadata"].get("uid") == run.uid:
+                self._note_condition(run)
                 status = o.job_status(run, self.now)
                 old = dict(current.get("status") or {})
-                old.pop("runningDuration", None)
-                if {k: v for k, v in status.items() if k != "runningDuration"} != old:
+                if old.get("runningDuration", "").count(".") or status.get("runningDuration", "").count("."):
+                    old.pop("runningDuration", None)  # nanoseconds: rewrite only when something else changed
+                    compare = {k: v for k, v in status.items() if k != "runningDuration"}
+                else:
+                    compare = status
+                if compare != old:
                     self.store.update(JOBS, {"metadata": {"name": run.name, "namespace": run.namespace},
                                              "status": status}, subresource="status")
+        if run.pg_deleted:
+            return
         pg = self.store.get(PODGROUPS, run.namespace, run.pg_name)
         if pg is not None:
             status = o.podgroup_status(run)
@@ -157,22 +164,42 @@ class Engine:
                 new["metadata"]["resourceVersion"] = None
                 self.store.update(PODGROUPS, new)
 
+    def _note_condition(self, run: RunSim) -> None:
+        """Volcano's job controller appends a condition on every status write that changes the phase
+        or, on its sync path, the pod counts (a running job collects one per pod start and finish);
+        `state.lastTransitionTime` moves with each. The final writes of a finished job append none."""
+        if run.status_mode == "final":
+            return
+        core: tuple[object, ...] = (run.phase,)
+        if run.status_mode == "sync":
+            core += tuple(sorted(pod_counts(run).items()))
+        if core != run.status_core or not run.conditions:
+            run.status_core = core
+            run.state_time = self.now
+            run.conditions.append((run.phase, self.now))
+
     def _refresh_queues(self) -> None:
+        """Queue status as v1.12's scheduler and queue controller write it: allocated (cpu and memory
+        always, pods and other resources while in use), `reservation: {}`, state; no PodGroup counts.
+        A queue created without them gets `parent: root` and `dequeueStrategy: traverse`."""
         allocated = self._queue_allocated()
-        counts: dict[str, dict[str, int]] = {}
-        for run in self.runs.values():
-            phase = run.pg_phase.lower()
-            per_queue = counts.setdefault(run.queue, {})
-            per_queue[phase] = per_queue.get(phase, 0) + 1
         for queue in self.store.objects(QUEUES):
             name = queue["metadata"]["name"]
+            spec = queue.get("spec") or {}
+            spec = spec if isinstance(spec, dict) else {}
+            if "dequeueStrategy" not in spec or (name != "root" and not spec.get("parent")):
+                new = self.store.get_copy(QUEUES, "", name) or {}
+                new["spec"] = {**spec, "dequeueStrategy": spec.get("dequeueStrategy") or "traverse"}
+                if name != "root":
+                    new["spec"]["parent"] = spec.get("parent") or "root"
+                new["metadata"]["resourceVersion"] = None
+                self.store.update(QUEUES, new)
             current = queue.get("status") or {}
             status: Obj = {
-                "state": current.get("state") or "Open",
                 "allocated": format_resources({"cpu": 0.0, "memory": 0.0, **allocated.get(name, {})},
                                               keep=("cpu", "memory")),
-                **{k: counts.get(name, {}).get(k, 0) for k in ("pending", "running", "inqueue", "completed",
-                                                                "unknown")},
+                "reservation": {},
+                "state": current.get("state") or "Open",
             }
             if current != status:
                 self.store.update(QUEUES, {"metadata": {"name": name}, "status": status}, subresource="status")

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import math
 
-from simulator.quantity import Resources, format_bytes, format_cpu, format_resources
+from simulator.quantity import Resources, format_bytes, format_cpu, format_quantity, format_resources
 from simulator.scenario import GPU_TOLERATION, QueueSpec, TaskSpec
 from simulator.state import (
     JOB_API,
@@ -15,16 +15,20 @@ from simulator.state import (
     PodSim,
     RunSim,
     go_duration,
+    go_duration_precise,
+    min_resource_list,
     pod_counts,
     rfc3339,
     stable_uuid,
     task_limits,
 )
 
+ROOT_DESERVED = ("cpu", "memory", "nvidia.com/gpu", "pods")  # what Volcano puts in root's spec.deserved
+
 # ---- renderers -----------------------------------------------------------------------------------------
 
 def container_spec(task: TaskSpec, env: list[Obj] | None = None) -> Obj:
-    requests: dict[str, str | int] = {"cpu": task.cpu, "memory": task.memory}
+    requests: dict[str, str | int] = {k: v for k, v in (("cpu", task.cpu), ("memory", task.memory)) if v}
     if task.gpus:
         requests["nvidia.com/gpu"] = task.gpus
     spec: Obj = {
@@ -83,31 +87,55 @@ def job_object(run: RunSim) -> Obj:
     }
 
 
-def job_status(run: RunSim, now: float) -> Obj:
-    counts = pod_counts(run)
+def task_status_count(run: RunSim) -> dict[str, Obj]:
     task_counts: dict[str, Obj] = {}
     for pod in run.pods.values():
         if pod.active:
             phases = task_counts.setdefault(pod.task.name, {"phase": {}})["phase"]
             phases[pod.phase] = phases.get(pod.phase, 0) + 1
+    return task_counts
+
+
+def job_status(run: RunSim, now: float) -> Obj:
+    """The status as Volcano's job controller writes it. Its sync path writes the non-zero pod counts,
+    taskStatusCount and controlledResources; its kill path (Restarting, Aborting, Completing, and
+    what follows them) only `terminating`, a nanosecond runningDuration and a new version; a finished
+    job's last writes wipe the counts and round runningDuration (measured from creation) to seconds."""
     state: Obj = {"phase": run.phase, "lastTransitionTime": rfc3339(run.state_time)}
     if run.state_reason:
         state["reason"] = run.state_reason
     if run.state_message:
         state["message"] = run.state_message
-    status: Obj = {
-        "state": state,
-        "minAvailable": run.workload.min_member,
-        "taskStatusCount": task_counts,
-        **counts,
-        "version": run.version,
-        "retryCount": run.retry_count,
-        "runningDuration": go_duration(now - run.created),
-        "conditions": [{"status": phase, "lastTransitionTime": rfc3339(t)} for phase, t in run.conditions],
-    }
-    if run.workload.plugins:
-        status["controlledResources"] = {f"plugin-{name}": name for name in run.workload.plugins}
+    status: Obj = {"state": state, "minAvailable": run.workload.min_member}
+    counts = pod_counts(run)
+    if run.status_mode == "sync":
+        status |= {k: v for k, v in counts.items() if v}
+        task_counts = task_status_count(run)
+        if task_counts:
+            status["taskStatusCount"] = task_counts
+        if run.workload.plugins and run.pods:
+            status["controlledResources"] = {f"plugin-{name}": name for name in sorted(run.workload.plugins)}
+    elif run.status_mode == "kill":
+        if counts["terminating"]:
+            status["terminating"] = counts["terminating"]
+        status["runningDuration"] = go_duration_precise(now - run.created)
+    else:
+        status["runningDuration"] = go_duration(now - run.created)
+    if run.retry_count:
+        status["retryCount"] = run.retry_count
+    if run.version:
+        status["version"] = run.version
+    status["conditions"] = [{"status": phase, "lastTransitionTime": rfc3339(t)} for phase, t in run.conditions]
     return status
+
+
+def min_resources_object(resources: Resources) -> dict[str, str]:
+    """Quota-style names keep their resource's format: requests.memory like memory."""
+    out = {}
+    for name, amount in sorted(resources.items()):
+        base = name.split(".", 1)[1] if name.startswith(("requests.", "limits.")) else name
+        out[name] = format_quantity(base, amount)
+    return out
 
 
 def podgroup_object(run: RunSim) -> Obj:
@@ -120,7 +148,7 @@ def podgroup_object(run: RunSim) -> Obj:
                  "controller": True, "blockOwnerDeletion": True}
     spec: Obj = {
         "minMember": w.min_member,
-        "minResources": format_resources(run.min_resources, keep=("cpu", "memory")),
+        "minResources": min_resources_object(min_resource_list(w)),
         "queue": w.queue,
     }
     if run.is_vcjob:
@@ -139,6 +167,9 @@ def podgroup_object(run: RunSim) -> Obj:
 
 
 def podgroup_status(run: RunSim) -> Obj:
+    """Empty until Volcano's scheduler first looks at the group (it is created with `status: {}`)."""
+    if not run.pg_phase:
+        return {}
     running = succeeded = failed = 0
     for pod in run.pods.values():
         if not pod.active:
@@ -166,11 +197,11 @@ def pod_object(pod: PodSim) -> Obj:
             "volcano.sh/queue-name": w.queue,
             "volcano.sh/task-spec": task.name,
             "volcano.sh/task-index": str(pod.index),
-            "volcano.sh/job-retry-count": str(run.retry_count),
-            "app.kubernetes.io/component": task.name,
+            "app.kubernetes.io/component": task.name,  # the template's label
         }
         annotations |= {
             "volcano.sh/job-name": run.name,
+            "volcano.sh/job-retry-count": str(run.retry_count),
             "volcano.sh/job-version": str(run.version),
             "volcano.sh/queue-name": w.queue,
             "volcano.sh/task-spec": task.name,
@@ -232,7 +263,8 @@ def pod_status(pod: PodSim) -> Obj:
     status: Obj = {"phase": pod.phase, "qosClass": qos_class(task)}
     if pod.node is None:
         if pod.unschedulable:
-            status["conditions"] = [{"type": "PodScheduled", "status": "False", "reason": "Unschedulable",
+            status["conditions"] = [{"type": "PodScheduled", "status": "False",
+                                     "reason": pod.unschedulable_reason,
                                      "message": pod.unschedulable, "lastProbeTime": None,
                                      "lastTransitionTime": rfc3339(pod.unschedulable_since or pod.created)}]
         return status
@@ -346,23 +378,29 @@ def _node_quantities(resources: Resources) -> dict[str, str]:
     return out
 
 
-def queue_object(spec: QueueSpec, created: float) -> Obj:
-    obj_spec: Obj = {"weight": spec.weight, "reclaimable": spec.reclaimable}
-    if spec.parent:
-        obj_spec["parent"] = spec.parent
+def queue_object(spec: QueueSpec, created: float, cluster: Resources | None = None) -> Obj:
+    """A Queue as Volcano leaves it once its controllers have seen it: `dequeueStrategy: traverse`
+    and `parent: root` filled in, `guarantee: {}` when none; `root` deserves the whole cluster
+    (`cluster`) and guarantees zero. Status: `allocated`, `reservation: {}` and `state` only — v1.12
+    writes no PodGroup counts."""
+    obj_spec: Obj = {"weight": spec.weight, "reclaimable": spec.reclaimable, "dequeueStrategy": "traverse"}
+    if spec.name == "root":
+        obj_spec["guarantee"] = {"resource": {"cpu": "0", "memory": "0", **dict(spec.guarantee or {})}}
+        deserved = format_resources({k: v for k, v in (cluster or {}).items() if k in ROOT_DESERVED})
+        obj_spec["deserved"] = dict(spec.deserved) if spec.deserved else deserved
+    else:
+        obj_spec["parent"] = spec.parent or "root"
+        obj_spec["guarantee"] = {"resource": dict(spec.guarantee)} if spec.guarantee else {}
+        if spec.deserved:
+            obj_spec["deserved"] = dict(spec.deserved)
     if spec.capability:
         obj_spec["capability"] = dict(spec.capability)
-    if spec.deserved:
-        obj_spec["deserved"] = dict(spec.deserved)
-    if spec.guarantee:
-        obj_spec["guarantee"] = {"resource": dict(spec.guarantee)}
     return {
         "apiVersion": "scheduling.volcano.sh/v1beta1",
         "kind": "Queue",
         "metadata": {"name": spec.name, "creationTimestamp": rfc3339(created)},
         "spec": obj_spec,
-        "status": {"state": "Open", "allocated": {"cpu": "0", "memory": "0"},
-                   "pending": 0, "running": 0, "inqueue": 0, "completed": 0, "unknown": 0},
+        "status": {"allocated": {"cpu": "0", "memory": "0"}, "reservation": {}, "state": "Open"},
     }
 
 

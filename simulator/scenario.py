@@ -39,6 +39,8 @@ class NodeSpec:
     instance_type: str = "m6i.8xlarge"
     zone: str = "zone-a"
     max_pods: int = 110
+    system_reserved: bool = True  # allocatable = capacity - 0.5 cpu - 2Gi (kwok nodes reserve nothing)
+    gpu_taint: bool = True  # GPU nodes carry the nvidia.com/gpu NoSchedule taint
 
 
 @dataclass(frozen=True)
@@ -59,8 +61,8 @@ class TaskSpec:
 
     name: str
     replicas: int = 1
-    cpu: str = "1"
-    memory: str = "2Gi"
+    cpu: str = "1"  # "": no request
+    memory: str = "2Gi"  # "": no request
     gpus: int = 0
     cpu_limit: str | None = None
     memory_limit: str | None = None
@@ -99,6 +101,7 @@ class Workload:
     repeat: bool = True
     ttl_after_finished: int = 1800
     priority_class: str | None = None
+    delete_after: float | None = None  # someone deletes the Job this long after submitting it
 
     @property
     def replicas(self) -> int:
@@ -280,6 +283,82 @@ WORKLOADS = (
     ),
 )
 
+# ---- mirrors of the recordings of real Volcano (../shared/volcano/recorded/v1.12.4) ---------------------
+# Same cluster (3 kwok nodes: 32 cpu, 256Gi, 8 GPUs, nothing reserved, no taints), same queues, same
+# jobs; tests/simulator/test_recorded_shapes.py plays each and compares it with its recording.
+
+KWOK_NODES = tuple(NodeSpec(f"kwok-node-{i}", 32, 256, gpus=8, instance_type="kwok", system_reserved=False,
+                            gpu_taint=False) for i in range(3))
+RECORDED_QUEUES = (QueueSpec("root", parent=None, reclaimable=False), QueueSpec("default"))
+
+
+def _busybox(name: str, replicas: int, cpu: str = "1", runtime: float | None = None, exit: Exit = "success",
+             exit_code: int = 0, memory_limit: str | None = None) -> TaskSpec:
+    """The recordings' busybox task: 1Gi requested, kwok plays it."""
+    return TaskSpec(name, replicas, cpu=cpu, memory="1Gi", memory_limit=memory_limit, image="busybox",
+                    container="main", runtime=runtime, exit=exit, exit_code=exit_code, profile=LIGHT)
+
+_EVICTED_RESTART = ({"event": "PodEvicted", "action": "RestartJob"},)
+
+
+def _job(name: str, queue: str, tasks: tuple[TaskSpec, ...], purpose: str, **kwargs: Any) -> Workload:
+    return Workload(name, "default", queue, tasks, purpose, repeat=False, **kwargs)
+
+
+def _nginx_job(name: str, queue: str, cpu: str, runtime: float, min_available: int) -> Workload:
+    """Volcano's examples/job.yaml: 6 nginx pods with the ssh/env/svc plugins."""
+    return _job(name, queue, (TaskSpec("default-nginx", 6, cpu=cpu, memory="", image="nginx", container="nginx",
+                                       runtime=runtime, restart_policy="OnFailure", profile=LIGHT),),
+                "examples/job.yaml", min_available=min_available, max_retry=5, policies=_EVICTED_RESTART,
+                plugins={"env": (), "ssh": (), "svc": ()})
+
+
+RECORDED_WORKLOADS: dict[str, tuple[tuple[QueueSpec, ...], tuple[Workload, ...]]] = {
+    "job-completes": ((), (_nginx_job("test-job", "default", "1", 12, 3),)),
+    "tf-ps-worker-completes": ((), (_job(
+        "tensorflow-dist-mnist", "default",
+        (TaskSpec("ps", 1, cpu="", memory="", image="volcanosh/dist-mnist-tf-example:0.0.1", container="tensorflow",
+                  runtime=None, profile=LIGHT),
+         TaskSpec("worker", 2, cpu="", memory="", image="volcanosh/dist-mnist-tf-example:0.0.1",
+                  container="tensorflow", runtime=5, profile=LIGHT,
+                  policies=({"event": "TaskCompleted", "action": "CompleteJob"},))),
+        "both workers succeed: CompleteJob, the ps pod is deleted while Running", min_available=3,
+        policies=_EVICTED_RESTART, plugins={"env": (), "svc": ()}),)),
+    "pod-oomkilled-job-fails": ((), (_job(
+        "oom", "default", (_busybox("trainer", 1, memory_limit="1Gi", runtime=3, exit="oom", exit_code=137),),
+        "OOMKilled after 3 s, RestartJob, maxRetry 2: two runs then Failed", max_retry=2,
+        policies=({"event": "PodFailed", "action": "RestartJob"},)),)),
+    "pod-error-abort": ((), (_job(
+        "crash", "default", (_busybox("worker", 2, runtime=3, exit="error", exit_code=1),),
+        "exit 1 after 3 s, AbortJob", policies=({"event": "PodFailed", "action": "AbortJob"},)),)),
+    "gang-too-big": ((), (_job("biggang", "default", (_busybox("worker", 4, cpu="30"),),
+                               "120 cpu > 96 in the cluster: never enqueued"),)),
+    "gang-unschedulable": ((), (_job("gang", "default", (_busybox("worker", 4, cpu="20"),),
+                                     "80 cpu <= 96 but one pod per node: admitted, never placed"),)),
+    "queue-capability-wait": (
+        (QueueSpec("small", reclaimable=False, capability={"cpu": "2", "memory": "4Gi"}),),
+        (_job("first", "small", (_busybox("worker", 2, runtime=15),), "fills the queue"),
+         _job("second", "small", (_busybox("worker", 1, runtime=3),), "waits for capability",
+              start_after=2))),
+    "pod-rejected-outofcpu": ((), (_job(
+        "rejected", "default", (_busybox("worker", 1, exit="rejected"),),
+        "the kubelet refuses the pod"),)),
+    "job-deleted-while-running": ((), (_job(
+        "longrun", "default", (_busybox("worker", 3),), "deleted while Running",
+        delete_after=6),)),
+    "hierarchical-queues": (
+        tuple(QueueSpec(f"root-{q}") for q in ("eng-prod", "eng-dev", "sci-prod", "sci-dev")),
+        tuple(_nginx_job(f"{q}-job", f"root-{q}", "500m", 10, 1)
+              for q in ("eng-prod", "eng-dev", "sci-prod", "sci-dev"))),
+}
+
+
+def recorded_scenario(name: str) -> Scenario:
+    queues, workloads = RECORDED_WORKLOADS[name]
+    return Scenario(f"recorded-{name}", f"mirror of the recording of real Volcano: {name}", ("default",),
+                    KWOK_NODES, RECORDED_QUEUES + queues, workloads)
+
+
 SCENARIOS: dict[str, Scenario] = {
     "default": Scenario(
         "default",
@@ -295,4 +374,5 @@ SCENARIOS: dict[str, Scenario] = {
         "`namespaces` namespaces on ceil(pods / pods_per_node) nodes, created at setup, no churn",
         bulk=BulkSpec(),
     ),
+    **{f"recorded-{name}": recorded_scenario(name) for name in RECORDED_WORKLOADS},
 }

@@ -152,14 +152,18 @@ def task_status(pod: PodSim) -> str:
     return pod.phase
 
 
-def gang_message(run: RunSim, schedulable: int, unschedulable: int) -> str:
-    """'2/4 tasks in gang unschedulable: pod group is not ready, 2 Pending, 2 Running, 4 minAvailable; ...'"""
+def gang_message(run: RunSim, schedulable: int, unschedulable: int,
+                 origin: tuple[PodSim, str] | None = None) -> str:
+    """'4/4 tasks in gang unschedulable: pod group is not ready, 4 Pending, 4 minAvailable; Pending: 1
+    Unschedulable, 3 Schedulable. Origin reason is gang-worker-3: 0/3 nodes are unavailable: ...'"""
     pods = [p for p in run.pods.values() if not p.removed]
     histogram = Counter(task_status(p) for p in pods)
     histogram["minAvailable"] = run.workload.min_member
     parts = ", ".join(f"{n} {k}" for k, n in sorted(histogram.items(), key=lambda kv: (kv[1], kv[0])))
     message = f"{histogram['Pending']}/{len(pods)} tasks in gang unschedulable: pod group is not ready, {parts}"
-    pending = [f"{n} {k}" for k, n in (("Schedulable", schedulable), ("Unschedulable", unschedulable)) if n]
+    pending = [f"{n} {k}" for k, n in (("Unschedulable", unschedulable), ("Schedulable", schedulable)) if n]
     if pending:
-        message += "; Pending: " + ", ".join(pending)
+        message += "; Pending: " + ", ".join(pending) + "."
+    if origin is not None:
+        message += f" Origin reason is {origin[0].name}: {origin[1]}"
     return message

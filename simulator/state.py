@@ -8,7 +8,7 @@ import uuid
 from dataclasses import dataclass, field
 from typing import Any
 
-from simulator.quantity import GIB, Resources, parse_resources
+from simulator.quantity import GIB, Resources, parse_quantity, parse_resources
 from simulator.scenario import NodeSpec, TaskSpec, Workload
 from simulator.usage import ContainerUsage, GpuDevice
 
@@ -21,6 +21,15 @@ TERMINAL_JOB_PHASES = ("Completed", "Failed", "Aborted", "Terminated")
 
 def rfc3339(t: float) -> str:
     return time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(t))
+
+
+def go_duration_precise(seconds: float) -> str:
+    """metav1.Duration's text with nanoseconds, as the job controller's kill path writes it: 6.03059169s."""
+    total = max(0.0, seconds)
+    if total >= 60:
+        return go_duration(total)
+    text = f"{total:.9f}".rstrip("0").rstrip(".")
+    return f"{text}s"
 
 
 def go_duration(seconds: float) -> str:
@@ -75,15 +84,18 @@ class NodeSim:
 
     @property
     def taints(self) -> list[Obj]:
-        return [{"key": "nvidia.com/gpu", "value": "present", "effect": "NoSchedule"}] if self.spec.gpus else []
+        if not (self.spec.gpus and self.spec.gpu_taint):
+            return []
+        return [{"key": "nvidia.com/gpu", "value": "present", "effect": "NoSchedule"}]
 
 
 def make_node(spec: NodeSpec) -> NodeSim:
     capacity: Resources = {"cpu": float(spec.cpu), "memory": float(spec.memory_gi * GIB),
                            "pods": float(spec.max_pods), "ephemeral-storage": float(200 * GIB)}
     allocatable = dict(capacity)
-    allocatable["cpu"] = spec.cpu - 0.5
-    allocatable["memory"] = capacity["memory"] - 2 * GIB
+    if spec.system_reserved:
+        allocatable["cpu"] = spec.cpu - 0.5
+        allocatable["memory"] = capacity["memory"] - 2 * GIB
     allocatable["ephemeral-storage"] = float(180 * GIB)
     if spec.gpus:
         capacity["nvidia.com/gpu"] = allocatable["nvidia.com/gpu"] = float(spec.gpus)
@@ -118,6 +130,7 @@ class PodSim:
     deleting_at: float | None = None
     removed: bool = False
     unschedulable: str | None = None  # PodScheduled=False message
+    unschedulable_reason: str = "Unschedulable"  # or "Schedulable": would fit once the gang does
     unschedulable_since: float | None = None
     usage: ContainerUsage | None = None
 
@@ -142,6 +155,11 @@ class RunSim:
     pg_uid: str = ""
     owner_uid: str = ""
     phase: str = "Pending"
+    # How the job controller last wrote the status: "sync" (counts, taskStatusCount), "kill" (the
+    # kill path: only terminating, a nanosecond runningDuration and a new version) or "final" (a
+    # finished job: counts wiped, runningDuration in whole seconds).
+    status_mode: str = "sync"
+    status_core: tuple[object, ...] = ()  # what the last status write showed; a change appends a condition
     state_reason: str = ""
     state_message: str = ""
     state_time: float = 0.0
@@ -149,7 +167,10 @@ class RunSim:
     retry_count: int = 0
     version: int = 0
     pods: dict[str, PodSim] = field(default_factory=dict)
-    pg_phase: str = "Pending"
+    pg_phase: str = ""  # "": the scheduler has not seen the PodGroup yet (Volcano writes `status: {}`)
+    pg_counts: tuple[int, int, int] = (0, 0, 0)  # running, succeeded, failed at the last Scheduled rewrite
+    pg_deleted: bool = False  # the job controller deleted it (restart, finish)
+    orphaned: bool = False  # the Job was deleted; the garbage collector removes pods and PodGroup later
     pg_conditions: dict[str, Obj] = field(default_factory=dict)
     pg_unschedulable: bool = False
     finished_at: float | None = None
@@ -173,7 +194,7 @@ class RunSim:
 
 
 def task_requests(task: TaskSpec) -> Resources:
-    req = parse_resources({"cpu": task.cpu, "memory": task.memory})
+    req = parse_resources({k: v for k, v in (("cpu", task.cpu), ("memory", task.memory)) if v})
     if task.gpus:
         req["nvidia.com/gpu"] = float(task.gpus)
     return req
@@ -191,15 +212,43 @@ def task_limits(task: TaskSpec) -> dict[str, str | int]:
 
 
 def min_resources(workload: Workload) -> Resources:
-    """What Volcano puts in the PodGroup: the requests of the first minAvailable pods, in task order."""
+    """What the gang needs to start: the requests of the first minAvailable pods, in task order."""
     total: Resources = {"cpu": 0.0, "memory": 0.0}
+    for task, n in _min_tasks(workload):
+        for name, amount in task_requests(task).items():
+            total[name] = total.get(name, 0.0) + amount * n
+    return total
+
+
+def min_resource_list(workload: Workload) -> Resources:
+    """`spec.minResources` as Volcano's job controller writes it: the pods' quota usage (the
+    ResourceQuota evaluator's names: `count/pods`, `pods`, `cpu` + `requests.cpu`, `memory` +
+    `requests.memory`, `limits.X`, `requests.<extended>`) summed over the first minAvailable pods."""
+    total: Resources = {}
+    for task, n in _min_tasks(workload):
+        usage: Resources = {"count/pods": 1.0, "pods": 1.0}
+        for name, amount in task_requests(task).items():
+            if name in ("cpu", "memory"):
+                usage[name] = usage[f"requests.{name}"] = amount
+            else:
+                usage[f"requests.{name}"] = amount
+        for name, value in task_limits(task).items():
+            if name in ("cpu", "memory"):
+                usage[f"limits.{name}"] = parse_quantity(value)
+        for name, amount in usage.items():
+            total[name] = total.get(name, 0.0) + amount * n
+    return total
+
+
+def _min_tasks(workload: Workload) -> list[tuple[TaskSpec, int]]:
+    out = []
     left = workload.min_member
     for task in workload.tasks:
         n = min(left, task.replicas)
-        for name, amount in task_requests(task).items():
-            total[name] = total.get(name, 0.0) + amount * n
+        if n > 0:
+            out.append((task, n))
         left -= n
-    return total
+    return out
 
 
 def pod_counts(run: RunSim) -> dict[str, int]:
