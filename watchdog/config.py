@@ -67,6 +67,9 @@ class Retention(Section):
     usage_days: float = Field(default=14, gt=0, description="Usage rollups per container.")
     jobs_days: float = Field(default=180, gt=0, description="Job ledger rows, counted from the job's finish.")
     alerts_days: float = Field(default=90, gt=0, description="Resolved alerts, counted from their resolution.")
+    histograms_days: float = Field(
+        default=30, gt=0, description="Recommendation histograms of a workload with no usage sample (nor OOM kill) "
+                                      "for this long: a renamed or retired job.")
     check_interval_seconds: float = Field(default=3600, gt=0, description="Seconds between retention passes.")
 
 
@@ -74,7 +77,9 @@ class Detectors(Section):
     """Thresholds and windows of the failure and waste detectors (DESIGN §5)."""
 
     gang_unschedulable_seconds: float = Field(
-        default=600, ge=0, description="A PodGroup Unschedulable this long raises GangUnschedulable."
+        default=600, ge=0,
+        description="A PodGroup Pending or Inqueue this long, no pod placed, raises GangUnschedulable (not when it "
+                    "only waits for its queue or the cluster to free up: that is QueueStarved)."
     )
     partial_gang_seconds: float = Field(
         default=600, ge=0, description="Some pods running while the gang is incomplete this long raises PartialGang."
@@ -93,7 +98,9 @@ class Detectors(Section):
         default=600, ge=0, description="OverRequested only for jobs that ran at least this long."
     )
     queue_starved_seconds: float = Field(
-        default=900, ge=0, description="QueueStarved when demand is pending at capability this long."
+        default=900, ge=0,
+        description="QueueStarved when demand that would fit alone waits this long because its queue (or an "
+                    "ancestor) is at capability or the cluster (root queue's deserved) is full."
     )
     retrying_min_retries: int = Field(default=1, ge=1, description="JobRetrying from this many retries.")
 
