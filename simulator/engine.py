@@ -24,6 +24,7 @@ from simulator.scheduler import queue_chain, queue_view
 from simulator.state import JOB_API, NodeSim, Obj, PodSim, RunSim, pod_counts, rfc3339
 from simulator.store import Store
 
+REF_TYPES = {"Pod": PODS, "PodGroup": PODGROUPS, "Job": JOBS}
 SCHEDULE_DELAY = 1.0  # scenario seconds: Volcano's schedule period
 EVENT_REPEAT = 300.0  # scenario seconds: a repeated Event (FailedScheduling, ...) is rewritten at most this often
 
@@ -223,6 +224,10 @@ class Engine:
         """Create an Event; a repeated one (same series and message) bumps its count instead, and is
         rewritten at most every EVENT_REPEAT scenario seconds."""
         namespace = ref.get("namespace") or "default"
+        rtype = REF_TYPES.get(str(ref.get("kind")))
+        current = self.store.get(rtype, ref.get("namespace", ""), ref["name"]) if rtype is not None else None
+        if current is not None:  # the recorder names the version it saw
+            ref = {**ref, "resourceVersion": current["metadata"].get("resourceVersion")}
         key = (*series, namespace, ref["name"], message) if series is not None else None
         entry = self._series.get(key) if key is not None else None
         if entry is not None and self.store.get(EVENTS, entry[0], entry[1]) is not None:

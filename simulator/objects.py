@@ -269,13 +269,15 @@ def pod_status(pod: PodSim) -> Obj:
                                      "lastTransitionTime": rfc3339(pod.unschedulable_since or pod.created)}]
         return status
     bound = rfc3339(pod.bound_at or pod.created)
+    if pod.pod_reason or pod.task.exit == "rejected":  # refused at admission: no containers, ever
+        status["conditions"] = [_cond("PodScheduled", True, bound)]
+        if pod.pod_reason:
+            status["startTime"] = rfc3339(pod.finished_at or pod.bound_at or pod.created)
+            status["reason"] = pod.pod_reason
+            status["message"] = pod.pod_message or ""
+        return status
     status["hostIP"] = node_ip(pod.node)
     status["startTime"] = bound
-    if pod.pod_reason:  # rejected by the kubelet
-        status["reason"] = pod.pod_reason
-        status["message"] = pod.pod_message or ""
-        status["conditions"] = [_cond("PodScheduled", True, bound)]
-        return status
     running = pod.phase == "Running" and pod.started_at is not None
     ready_time = rfc3339(pod.started_at if pod.started_at is not None else pod.bound_at or pod.created)
     done = pod.phase in ("Succeeded", "Failed")
@@ -428,6 +430,7 @@ def event_object(name: str, namespace: str, involved: Obj, kind: str, reason: st
         "firstTimestamp": rfc3339(first),
         "lastTimestamp": rfc3339(last),
         "count": count,
+        "eventTime": None,
         "reportingComponent": component,
         "reportingInstance": host or component,
     }
