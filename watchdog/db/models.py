@@ -203,6 +203,9 @@ class NotificationGroup(Base):
     labels: Mapped[dict[str, Any]]
     flush_at: Mapped[datetime | None]
     last_flush_at: Mapped[datetime | None]
+    # Bumped by every writer of the group or its entries, compare-and-set (watchdog.notify.outbox):
+    # the worker's enqueue and the sender's flush cannot overwrite each other's change.
+    version: Mapped[int] = mapped_column(Integer, default=0, server_default="0")
     created_at: Mapped[datetime]
     updated_at: Mapped[datetime]
 
