@@ -12,6 +12,15 @@ a group that still fires is told again after `repeat_interval`. Silenced alerts 
 messages (they stay in the group, so they are told about once the silence ends and the group repeats).
 
 Every function here works in the caller's session and transaction; the caller commits.
+
+Two writers meet in a group: the worker's `enqueue` (inside the transaction that changes the alert)
+and the leader's sender (`flush_due`). Both read the group and its entries and write them back, so
+each first *claims* the group: on PostgreSQL it is read `FOR UPDATE` (the other writer waits until
+commit), and on every database its `version` is bumped compare-and-set, only if it is still the
+version read. SQLite has no row locks and pysqlite starts its transaction only at the first write,
+so a change committed between a reader's SELECT and its first write would otherwise be overwritten;
+the failed compare-and-set makes the writer read again (it then holds SQLite's one write lock, so
+the second read is the last word). A change is therefore never lost between read and write.
 """
 
 from __future__ import annotations
@@ -21,8 +30,9 @@ from dataclasses import asdict, dataclass
 from datetime import datetime, timedelta
 from typing import Any
 
-from sqlalchemy import and_, delete, exists, func, select, update
+from sqlalchemy import ColumnElement, and_, delete, exists, func, select, update
 from sqlalchemy.orm import Session, aliased
+from sqlalchemy.orm.attributes import set_committed_value
 
 from watchdog.db.models import NotificationDelivery, NotificationEntry, NotificationGroup, Silence
 from watchdog.notify.message import AlertItem, Message, MessageMentions
@@ -37,13 +47,39 @@ from watchdog.notify.routing import (
 )
 from watchdog.notify.settings import Notifications
 
-__all__ = ["DEAD", "PENDING", "SENDING", "SENT", "UNCERTAIN", "Outbox", "alert_labels"]
+__all__ = ["DEAD", "PENDING", "SENDING", "SENT", "UNCERTAIN", "GroupContended", "Outbox", "alert_labels"]
 
 PENDING, SENDING, SENT, DEAD, UNCERTAIN = "pending", "sending", "sent", "dead", "uncertain"
 FIRING, RESOLVED = "firing", "resolved"
 # An item with this label set to "true" is a one-time notice (a queue capability change): told once,
 # never repeated, never resolved.
 NOTICE_LABEL = "notice"
+# Reads before a writer gives up claiming a group. One retry suffices in practice: after a failed
+# compare-and-set the writer holds SQLite's write lock (PostgreSQL's claims never fail: FOR UPDATE).
+CLAIM_ATTEMPTS = 5
+
+
+class GroupContended(RuntimeError):
+    """A group kept changing under a writer for CLAIM_ATTEMPTS reads (not expected to happen)."""
+
+
+def _read_group(session: Session, where: ColumnElement[bool]) -> NotificationGroup | None:
+    """The group as committed now, locked for this transaction on PostgreSQL (FOR UPDATE; a no-op on
+    SQLite). `populate_existing`: a retry must see the new row, not the session's copy."""
+    return session.scalars(select(NotificationGroup).where(where).with_for_update()
+                           .execution_options(populate_existing=True)).first()
+
+
+def _claim(session: Session, group: NotificationGroup) -> bool:
+    """Bump the group's version if it is still the one read: False when another writer changed the
+    group (or its entries) since, so what was read is stale and must be read again."""
+    result = session.execute(update(NotificationGroup)
+                             .where(NotificationGroup.id == group.id, NotificationGroup.version == group.version)
+                             .values(version=group.version + 1), execution_options={"synchronize_session": False})
+    if getattr(result, "rowcount", 0) != 1:
+        return False
+    set_committed_value(group, "version", group.version + 1)
+    return True
 
 
 def alert_labels(item: AlertItem) -> dict[str, str]:
@@ -106,34 +142,49 @@ class Outbox:
 
     def enqueue(self, session: Session, item: AlertItem, now: datetime) -> int:
         """Record the alert's new state in each of its groups and schedule the groups' next message.
-        Returns the number of groups touched."""
+        Returns the number of groups touched. Groups are claimed in key order, so two writers that
+        touch several groups (routes with `continue`) lock them in the same order."""
         placements = self.place(item)
-        for placement in placements:
-            group = session.scalars(select(NotificationGroup)
-                                    .where(NotificationGroup.group_key == placement.key)).first()
-            if group is None:
+        for placement in sorted(placements, key=lambda p: p.key):
+            self._enqueue_one(session, placement, item, now)
+        return len(placements)
+
+    def _enqueue_one(self, session: Session, placement: Placement, item: AlertItem, now: datetime) -> None:
+        group, entry = self._claim_for_enqueue(session, placement, item.fingerprint, now)
+        if entry is None:
+            if item.status == RESOLVED:
+                return  # never told as firing here (e.g. the route changed): nothing to say
+            session.add(NotificationEntry(group_id=group.id, fingerprint=item.fingerprint, status=item.status,
+                                          notified_status=None, alert=_item_dict(item), changed_at=now))
+        else:
+            entry.status, entry.alert, entry.changed_at = item.status, _item_dict(item), now
+        route = placement.route
+        if group.last_flush_at is None:
+            due = now + timedelta(seconds=route.group_wait)
+        else:
+            due = max(now, group.last_flush_at + timedelta(seconds=route.group_interval))
+        group.flush_at = due if group.flush_at is None else min(group.flush_at, due)
+        group.updated_at = now
+
+    def _claim_for_enqueue(self, session: Session, placement: Placement, fingerprint: str,
+                           now: datetime) -> tuple[NotificationGroup, NotificationEntry | None]:
+        """The placement's group (made if new) and the alert's entry in it, read and then claimed,
+        so the sender cannot change either before this transaction commits."""
+        for _ in range(CLAIM_ATTEMPTS):
+            group = _read_group(session, NotificationGroup.group_key == placement.key)
+            if group is None:  # new: nobody else sees it before commit
                 group = NotificationGroup(group_key=placement.key, receiver=placement.route.receiver,
                                           route=placement.route.path, labels=placement.group_labels, flush_at=None,
-                                          last_flush_at=None, created_at=now, updated_at=now)
+                                          last_flush_at=None, version=0, created_at=now, updated_at=now)
                 session.add(group)
                 session.flush()
+                return group, None
             entry = session.scalars(select(NotificationEntry).where(
-                NotificationEntry.group_id == group.id, NotificationEntry.fingerprint == item.fingerprint)).first()
-            if entry is None:
-                if item.status == RESOLVED:
-                    continue  # never told as firing here (e.g. the route changed): nothing to say
-                session.add(NotificationEntry(group_id=group.id, fingerprint=item.fingerprint, status=item.status,
-                                              notified_status=None, alert=_item_dict(item), changed_at=now))
-            else:
-                entry.status, entry.alert, entry.changed_at = item.status, _item_dict(item), now
-            route = placement.route
-            if group.last_flush_at is None:
-                due = now + timedelta(seconds=route.group_wait)
-            else:
-                due = max(now, group.last_flush_at + timedelta(seconds=route.group_interval))
-            group.flush_at = due if group.flush_at is None else min(group.flush_at, due)
-            group.updated_at = now
-        return len(placements)
+                NotificationEntry.group_id == group.id, NotificationEntry.fingerprint == fingerprint)
+                .execution_options(populate_existing=True)).first()
+            if _claim(session, group):
+                return group, entry
+        raise GroupContended(f"notification group {placement.key} kept changing")
 
     # ---- the sender's side -----------------------------------------------------------------------------
 
@@ -144,8 +195,11 @@ class Outbox:
 
     def flush_due(self, session: Session, now: datetime, limit: int = 500) -> int:
         """Turn every due group into a message (a pending delivery). Returns the number of messages made."""
+        # SKIP LOCKED (PostgreSQL): a group a writer holds is left for the next round, so the sender
+        # never waits while holding other groups' locks (no lock cycle with the worker).
         groups = session.scalars(select(NotificationGroup).where(NotificationGroup.flush_at <= now)
-                                 .order_by(NotificationGroup.flush_at, NotificationGroup.id).limit(limit)).all()
+                                 .order_by(NotificationGroup.flush_at, NotificationGroup.id).limit(limit)
+                                 .with_for_update(skip_locked=True)).all()
         silences = active_silences(session, now) if groups else []
         made = 0
         for group in groups:
@@ -153,10 +207,11 @@ class Outbox:
         return made
 
     def _flush(self, session: Session, group: NotificationGroup, silences: list[ActiveSilence], now: datetime) -> int:
+        entries = self._claim_for_flush(session, group, now)
+        if entries is None:
+            return 0
         route = self._routes.get(group.route)
         receiver = self.receivers.get(group.receiver)
-        entries = list(session.scalars(select(NotificationEntry).where(NotificationEntry.group_id == group.id)
-                                       .order_by(NotificationEntry.id)))
         if route is None or receiver is None or route.receiver != group.receiver:
             # The configuration changed since this group was made: its alerts are re-placed by
             # their next change; the stale group is dropped (its undelivered messages are kept).
@@ -192,6 +247,21 @@ class Outbox:
             group.flush_at = now + timedelta(seconds=max(route.group_interval, 60.0))
         group.updated_at = now
         return made
+
+    def _claim_for_flush(self, session: Session, group: NotificationGroup,
+                         now: datetime) -> list[NotificationEntry] | None:
+        """The group's entries, read and then claimed (the message and the new schedule are made from
+        them). When a writer changed the group meanwhile, read both again; None when the group is gone
+        or no longer due (it will be flushed when it is)."""
+        for _ in range(CLAIM_ATTEMPTS):
+            entries = list(session.scalars(select(NotificationEntry).where(NotificationEntry.group_id == group.id)
+                                           .order_by(NotificationEntry.id).execution_options(populate_existing=True)))
+            if _claim(session, group):
+                return entries
+            fresh = _read_group(session, NotificationGroup.id == group.id)
+            if fresh is None or fresh.flush_at is None or fresh.flush_at > now:
+                return None
+        return None  # left due: the next round tries again
 
     def message(self, group: NotificationGroup, alerts: Iterable[AlertItem]) -> Message:
         items = tuple(alerts)
