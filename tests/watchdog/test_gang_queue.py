@@ -147,3 +147,28 @@ def test_events_are_filtered_cheaply_and_malformed_ones_counted() -> None:
     assert len(notes) == 1
     notes.on_event("DELETED", view)
     assert len(notes) == 0
+
+
+def test_the_watchdog_reads_podgroup_events_but_is_ready_without_them(tmp_path: Any) -> None:
+    """The Events informer only refines GangUnschedulable's reason: a cluster whose RBAC does not grant
+    Events yet must not keep the watchdog unready."""
+    from kubernetes import client
+
+    from exporter.kube.resources import EVENTS
+    from tests.watchdog.harness import fast_settings
+    from watchdog.app import Watchdog
+    from watchdog.db.engine import make_engine
+
+    url = f"sqlite:///{tmp_path / 'w.db'}"
+    engine = make_engine(url)
+    try:
+        wd = Watchdog(fast_settings(url), engine, client.ApiClient())
+        (events,) = [i for i in wd.informers if i.kind is EVENTS]
+        assert events.predicate is about_podgroup and events.transform == wd.notes.parse
+        for informer in wd.informers:
+            if informer is not events:
+                informer.synced.set()
+        wd._started.set()
+        assert wd.ready() and not events.synced.is_set()
+    finally:
+        engine.dispose()
