@@ -17,7 +17,7 @@ import time
 from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from kubernetes import client
@@ -421,6 +421,8 @@ class Watchdog:
         elif task == "retention":
             removed = enforce_retention(session, self.settings.retention, now)
             removed["notifications"] = forget_delivered(session, now, self.settings.notifications.retention_days)
+            removed["workload_histograms"] = self.histograms.forget_idle(
+                session, now - timedelta(days=self.settings.retention.histograms_days))
             if any(removed.values()):
                 log.info("retention removed %s", removed)
 

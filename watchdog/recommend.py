@@ -36,7 +36,7 @@ from typing import Any
 
 import orjson
 import yaml
-from sqlalchemy import Text, select, type_coerce
+from sqlalchemy import Text, and_, delete, or_, select, type_coerce
 from sqlalchemy.orm import Session
 
 from watchdog.config import Recommendations
@@ -349,6 +349,21 @@ class HistogramBook:
         self._dirty.clear()
         self._last_flushed = keys
         return len(rows)
+
+    def forget_idle(self, session: Session, cutoff: datetime) -> int:
+        """Retention: drop workloads with no sample since `cutoff` (a job renamed or retired long ago),
+        from memory and from the table. A workload with unflushed changes is kept. Returns rows deleted."""
+        cut = cutoff.timestamp()
+        stale = [key for key, entry in self._entries.items()
+                 if key not in self._dirty and (entry.last is None or entry.last < cut)
+                 and (entry.last_oom is None or entry.last_oom < cut)]
+        for key in stale:
+            del self._entries[key]
+        table = WorkloadHistogram
+        idle = and_(or_(table.last_sample_at.is_(None), table.last_sample_at < cutoff),
+                    or_(table.last_oom_at.is_(None), table.last_oom_at < cutoff), table.updated_at < cutoff)
+        result = session.execute(delete(table).where(idle))
+        return max(getattr(result, "rowcount", 0) or 0, 0)
 
     def flush_failed(self) -> None:
         """The transaction holding the last flush was rolled back: write those keys again next time."""

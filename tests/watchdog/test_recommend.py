@@ -233,6 +233,28 @@ def test_a_rolled_back_flush_is_written_again(engine: Engine) -> None:
         assert len(compute_recommendations(session, SETTINGS, T0)) == 1
 
 
+def test_idle_workloads_are_forgotten_after_retention(engine: Engine) -> None:
+    """Months of uptime: histograms of workloads that stopped running go (issue 12, no leaks)."""
+    book = HistogramBook(SETTINGS)
+    retired, active = ("team-a", "retired", "worker", "main"), KEY
+    book.add_usage(*retired, TS0, 1.0, GiB)
+    book.add_usage(*active, TS0, 1.0, GiB)
+    flush(engine, book)
+    book.add_usage(*active, TS0 + 40 * DAY, 1.0, GiB)
+    now = T0 + timedelta(days=40)
+    flush(engine, book, 40 * DAY)
+    with Session(engine) as session, session.begin():
+        assert book.forget_idle(session, now - timedelta(days=30)) == 1
+    assert book.recommendation(*retired, now=now) is None
+    assert book.recommendation(*active, now=now) is not None
+    with Session(engine) as session:
+        assert [r.workload for r in compute_recommendations(session, SETTINGS, now)] == [active[1]]
+    reloaded = HistogramBook(SETTINGS)
+    with Session(engine) as session:
+        reloaded.load(session)
+    assert len(reloaded) == 1
+
+
 def test_garbage_rows_are_skipped_and_counted(engine: Engine, caplog: pytest.LogCaptureFixture) -> None:
     now = T0
     with Session(engine) as session, session.begin():
