@@ -2,20 +2,33 @@
 
 SQLite allows one writer at a time: the watchdog funnels its writes through one thread, and WAL
 lets the API read meanwhile. `busy_timeout` covers the short overlaps (migrations, retention).
+
+Every replica migrates at start (and its init container runs `migrate`), so migrations run under a
+lock: a PostgreSQL advisory lock held on the connection Alembic uses, or on SQLite an exclusive
+`flock` on `<database>.migrate.lock`. The first replica migrates; the others wait, then find the
+schema at head and do nothing. Without it two replicas both see an empty database, both create
+`alembic_version` and the tables, and one of them fails (or worse, half-applies a step).
 """
 
 from __future__ import annotations
 
+import fcntl
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
 from alembic import command
 from alembic.config import Config
-from sqlalchemy import Engine, create_engine, event
+from sqlalchemy import Connection, Engine, create_engine, event, text
 from sqlalchemy.engine.interfaces import DBAPIConnection
+from sqlalchemy.exc import SQLAlchemyError
 from sqlalchemy.pool import ConnectionPoolEntry
 
 MIGRATIONS = Path(__file__).resolve().parent / "migrations"
+# pg_advisory_lock key of schema migrations: any fixed bigint, the same in every replica and version
+# ("vmwdmigr" in ASCII), unlikely to meet another application's key in a shared database.
+MIGRATION_LOCK_KEY = 0x766D_7764_6D69_6772
 
 
 def make_engine(url: str, **kwargs: Any) -> Engine:
@@ -47,13 +60,73 @@ def display_url(engine: Engine) -> str:
     return engine.url.render_as_string(hide_password=True)
 
 
-def alembic_config(engine: Engine) -> Config:
+def alembic_config(engine: Engine, connection: Connection | None = None) -> Config:
+    """Alembic's configuration without an alembic.ini. With `connection`, the migrations run on it
+    (the one holding the migration lock) rather than on a new connection of `engine`."""
     config = Config()
     config.set_main_option("script_location", str(MIGRATIONS))
     config.attributes["engine"] = engine
+    if connection is not None:
+        config.attributes["connection"] = connection
     return config
 
 
 def migrate(engine: Engine, revision: str = "head") -> None:
-    """Bring the schema to `revision` (applied at start and by `volcano-watchdog migrate`)."""
-    command.upgrade(alembic_config(engine), revision)
+    """Bring the schema to `revision` (applied at start and by `volcano-watchdog migrate`), holding
+    the migration lock so replicas starting together apply each step once."""
+    with migration_lock(engine) as connection:
+        command.upgrade(alembic_config(engine, connection), revision)
+
+
+@contextmanager
+def migration_lock(engine: Engine) -> Iterator[Connection]:
+    """A connection to migrate on, held under the database's migration lock until the block ends."""
+    if engine.dialect.name == "postgresql":
+        with _advisory_lock(engine) as connection:
+            yield connection
+        return
+    with _sqlite_file_lock(engine), engine.connect() as connection:
+        yield connection
+
+
+@contextmanager
+def _advisory_lock(engine: Engine) -> Iterator[Connection]:
+    """pg_advisory_lock on MIGRATION_LOCK_KEY, on the connection handed to Alembic: a session lock,
+    so it is released by the unlock below or, should the process die, with its connection."""
+    key = {"key": MIGRATION_LOCK_KEY}
+    with engine.connect() as connection:
+        connection.execute(text("SELECT pg_advisory_lock(:key)"), key)
+        connection.commit()  # Alembic begins its own transaction on this connection
+        try:
+            yield connection
+        finally:
+            _advisory_unlock(connection, key)
+
+
+def _advisory_unlock(connection: Connection, key: dict[str, int]) -> None:
+    """Release the lock even after a failed migration; a connection that cannot do so is discarded
+    (closing the session releases it) so the migration's own error is the one reported."""
+    try:
+        connection.rollback()
+        connection.execute(text("SELECT pg_advisory_unlock(:key)"), key)
+        connection.commit()
+    except SQLAlchemyError:
+        connection.invalidate()
+
+
+@contextmanager
+def _sqlite_file_lock(engine: Engine) -> Iterator[None]:
+    """An exclusive flock on `<database>.migrate.lock` beside the database file (never deleted:
+    removing a lock file others may have open would let two holders in). None for an in-memory
+    database, which no other process can see."""
+    database = engine.url.database or ""
+    if engine.dialect.name != "sqlite" or database in ("", ":memory:") or database.startswith("file::memory:") \
+            or engine.url.query.get("mode") == "memory":
+        yield
+        return
+    with open(f"{database}.migrate.lock", "a") as handle:
+        fcntl.flock(handle, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(handle, fcntl.LOCK_UN)
