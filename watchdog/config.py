@@ -62,7 +62,8 @@ class Sources(Section):
 
 
 class Retention(Section):
-    """How long time-ordered data is kept; enforced every `check_interval_seconds`."""
+    """How long time-ordered data is kept; enforced every `check_interval_seconds`, in chunks of `chunk_rows`
+    on a thread of its own (watchdog.retention)."""
 
     usage_days: float = Field(default=14, gt=0, description="Usage rollups per container.")
     jobs_days: float = Field(default=180, gt=0, description="Job ledger rows, counted from the job's finish.")
@@ -71,6 +72,15 @@ class Retention(Section):
         default=30, gt=0, description="Recommendation histograms of a workload with no usage sample (nor OOM kill) "
                                       "for this long: a renamed or retired job.")
     check_interval_seconds: float = Field(default=3600, gt=0, description="Seconds between retention passes.")
+    downsample_after_hours: float = Field(
+        default=24, ge=0,
+        description="5-minute usage rollups older than this are merged into hourly rows (sums and maxima kept; the "
+                    "demand policy reads each hour's highest 5-minute usage). At least the JobIdle window is always "
+                    "kept at 5 minutes. 0: never downsample.")
+    chunk_rows: int = Field(
+        default=5000, ge=100, le=1_000_000,
+        description="Rows deleted or downsampled per transaction: each chunk holds the database's write lock "
+                    "(SQLite) or its rows (PostgreSQL) only briefly, so the writer is never blocked for long.")
 
 
 class Detectors(Section):

@@ -101,16 +101,8 @@ class JobRun(Base):
     updated_at: Mapped[datetime]
 
 
-class UsageRollup(Base):
-    """Usage of one container over one time bucket: a few numbers instead of every raw sample."""
-
-    __tablename__ = "usage_rollups"
-    __table_args__ = (
-        # Leads with bucket_start, so it also serves retention's range deletes.
-        UniqueConstraint("bucket_start", "namespace", "pod", "container", name="uq_usage_rollups_bucket_container"),
-        Index("ix_usage_rollups_job_uid", "job_uid"),
-        Index("ix_usage_rollups_workload", "workload"),
-    )
+class _RollupColumns:
+    """What a rollup row holds of one container over one bucket (shared by both resolutions)."""
 
     id: Mapped[int] = mapped_column(Id, primary_key=True, autoincrement=True)
     bucket_start: Mapped[datetime]
@@ -133,6 +125,41 @@ class UsageRollup(Base):
     cpu_request_cores: Mapped[float] = mapped_column(Float, default=0.0)
     memory_request_bytes: Mapped[float] = mapped_column(Float, default=0.0)
     gpu_request: Mapped[float] = mapped_column(Float, default=0.0)
+
+
+class UsageRollup(_RollupColumns, Base):
+    """Usage of one container over one time bucket: a few numbers instead of every raw sample."""
+
+    __tablename__ = "usage_rollups"
+    __table_args__ = (
+        # Leads with bucket_start, so it also serves retention's range deletes, JobIdle's window and
+        # the API's latest bucket.
+        UniqueConstraint("bucket_start", "namespace", "pod", "container", name="uq_usage_rollups_bucket_container"),
+        Index("ix_usage_rollups_job_uid", "job_uid"),
+        Index("ix_usage_rollups_queue_bucket", "queue", "bucket_start"),  # the demand policy's window per queue
+    )
+
+
+class UsageRollupHourly(_RollupColumns, Base):
+    """`usage_rollups` rows older than `retention.downsample_after_hours`, merged per container and hour
+    (watchdog.retention). Sums and sample counts add, maxima take the greater, so every total the
+    readers compute stays exact; requests are sample-weighted means (request x samples stays exact).
+    The demand policy needs each 5-minute bucket's mean, which an hour's sums cannot give back: it reads
+    the highest one (`cpu_cores_mean_max`, `gpus_used_max`), an upper bound of every bucket of the hour.
+    A separate table, so the 5-minute table's oldest rows are always the next to downsample."""
+
+    __tablename__ = "usage_rollups_hourly"
+    __table_args__ = (
+        UniqueConstraint("bucket_start", "namespace", "pod", "container",
+                         name="uq_usage_rollups_hourly_bucket_container"),
+        Index("ix_usage_rollups_hourly_queue_bucket", "queue", "bucket_start"),
+    )
+
+    buckets: Mapped[int] = mapped_column(Integer, default=0)  # 5-minute rows merged into this one
+    cpu_cores_mean_max: Mapped[float] = mapped_column(Float, default=0.0)  # highest bucket mean of cores
+    # Highest bucket's GPUs in use: mean utilisation x GPUs requested, or the GPUs requested where no
+    # utilisation was measured (the demand policy's figure).
+    gpus_used_max: Mapped[float] = mapped_column(Float, default=0.0)
 
 
 class WorkloadHistogram(Base):
