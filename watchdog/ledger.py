@@ -35,16 +35,20 @@ from typing import Any, cast
 from sqlalchemy import CursorResult, Table, and_, bindparam, delete, func, literal, or_, select, update
 from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.orm import Session
+from sqlalchemy.sql.elements import ColumnElement
 
 from exporter.kube.informer import DELETED
 from exporter.model import Job, PodGroup, Resources, res_get
 from watchdog.config import Retention
-from watchdog.db.models import Alert, JobRun, UsageRollup
+from watchdog.db.models import Alert, JobRun, UsageRollup, UsageRollupHourly
 from watchdog.workload import workload_name
 
 log = logging.getLogger(__name__)
 
 JOB_RUNS = cast(Table, JobRun.__table__)
+ROLLUPS = cast(Table, UsageRollup.__table__)
+HOURLY = cast(Table, UsageRollupHourly.__table__)
+ALERTS = cast(Table, Alert.__table__)
 _CHUNK = 500
 VOLCANO_JOB_KIND = "Job"
 # Columns the ledger owns; the *_seconds_* integrals belong to the usage recorder.
@@ -193,22 +197,32 @@ def _deleted(session: Session, statement: Any) -> int:
     return max(result.rowcount, 0)
 
 
-def enforce_retention(session: Session, settings: Retention, now: datetime) -> dict[str, int]:
-    """Delete what is older than configured: usage rollups by bucket start, ledger rows by finish
-    (a run deleted unfinished counts from its deletion, else its last update), resolved alerts by
-    resolution."""
+def expired(settings: Retention, now: datetime) -> dict[str, tuple[Table, ColumnElement[bool]]]:
+    """What retention removes, per table: usage rollups (both resolutions) by bucket start, ledger
+    rows by finish (a run deleted unfinished counts from its deletion, else its last update), resolved
+    alerts by resolution. Shared by `enforce_retention` and the chunked `watchdog.retention`, so the
+    two cannot disagree on what is old."""
     usage_cutoff = now - timedelta(days=settings.usage_days)
     jobs_cutoff = now - timedelta(days=settings.jobs_days)
     alerts_cutoff = now - timedelta(days=settings.alerts_days)
-    counts = {
-        "usage_rollups": _deleted(session, delete(UsageRollup).where(UsageRollup.bucket_start < usage_cutoff)),
-        "job_runs": _deleted(session, delete(JobRun).where(or_(
+    return {
+        "usage_rollups": (ROLLUPS, ROLLUPS.c.bucket_start < usage_cutoff),
+        "usage_rollups_hourly": (HOURLY, HOURLY.c.bucket_start < usage_cutoff),
+        "job_runs": (JOB_RUNS, or_(
             JobRun.finished_at < jobs_cutoff,
             and_(JobRun.finished_at.is_(None), JobRun.object_deleted.is_(True),
                  func.coalesce(JobRun.deleted_at, JobRun.updated_at) < jobs_cutoff),
-        ))),
-        "alerts": _deleted(session, delete(Alert).where(Alert.state == "resolved", Alert.resolved_at < alerts_cutoff)),
+        )),
+        "alerts": (ALERTS, and_(Alert.state == "resolved", Alert.resolved_at < alerts_cutoff)),
     }
+
+
+def enforce_retention(session: Session, settings: Retention, now: datetime) -> dict[str, int]:
+    """Delete everything `expired` in the caller's transaction, one statement per table. Fine for
+    small databases and tests; at scale (millions of rollups a day) use `watchdog.retention.run_retention`
+    on a thread of its own, which removes the same rows in short chunks (and downsamples)."""
+    counts = {name: _deleted(session, delete(table).where(where))
+              for name, (table, where) in expired(settings, now).items()}
     if any(counts.values()):
         log.info("retention removed %s", ", ".join(f"{n} {table}" for table, n in counts.items()))
     return counts
