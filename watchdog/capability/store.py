@@ -9,18 +9,20 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from datetime import datetime
-from typing import Any
+from typing import Any, cast
 
-from sqlalchemy import case, func, select
+from sqlalchemy import Table, bindparam, case, func, select, text
 from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.orm import Session
 
 from watchdog.capability.guardrails import QueuePlan
 from watchdog.db.models import CapabilityChange as ChangeRow
 from watchdog.db.models import CapabilityPlan as PlanRow
-from watchdog.db.models import UsageRollup
+from watchdog.db.models import UsageRollup, UsageRollupHourly, UTCDateTime
 
 APPLIED, DRY_RUN = "applied", "dry_run"
+HOURLY_SECONDS = 3600  # the downsampled rows' bucket (watchdog.retention.HOUR)
+DEFAULT_BUCKET_SECONDS = 300  # the recorder's bucket, when no 5-minute row tells
 
 
 @dataclass(frozen=True)
@@ -95,22 +97,58 @@ def history(session: Session, queue: str, limit: int, offset: int) -> tuple[int,
     return total, list(rows)
 
 
+def _seen(session: Session, table: Table, since: datetime, until: datetime) -> list[datetime]:
+    """The distinct bucket starts of `table` in [since, until], by a loose index scan (one index seek
+    per bucket through the unique index that leads with bucket_start): a plain SELECT DISTINCT would
+    read every row of the window, millions at scale."""
+    t = table.name
+    statement = text(
+        f"WITH RECURSIVE seen(t) AS (SELECT (SELECT min(bucket_start) FROM {t} WHERE bucket_start >= :since "
+        f"AND bucket_start <= :until) UNION ALL SELECT (SELECT min(bucket_start) FROM {t} "
+        f"WHERE bucket_start > seen.t AND bucket_start <= :until) FROM seen WHERE seen.t IS NOT NULL) "
+        "SELECT t FROM seen WHERE t IS NOT NULL"
+    ).bindparams(bindparam("since", type_=UTCDateTime()), bindparam("until", type_=UTCDateTime())
+                 ).columns(t=UTCDateTime())
+    return list(session.execute(statement, {"since": since, "until": until}).scalars())
+
+
+def _per_bucket(session: Session, columns: Any, queue: str, since: datetime, until: datetime,
+                cpu: Any, memory: Any, gpu: Any) -> dict[datetime, dict[str, float]]:
+    """One queue's usage per bucket start (through the (queue, bucket_start) index)."""
+    rows = session.execute(
+        select(columns.bucket_start, func.sum(cpu), func.sum(memory), func.sum(gpu))
+        .where(columns.queue == queue, columns.bucket_start >= since, columns.bucket_start <= until)
+        .group_by(columns.bucket_start))
+    return {start: {"cpu": float(c or 0.0), "memory": float(m or 0.0), "gpu": float(g or 0.0)}
+            for start, c, m, g in rows}
+
+
 def usage_buckets(session: Session, queue: str, since: datetime, until: datetime) -> list[dict[str, float]]:
-    """The queue's usage per rollup bucket in [since, until]: CPU = sum of the containers' mean cores,
-    memory = sum of their peak bytes (memory must fit peaks), GPUs = sum of utilisation x GPUs requested
-    (GPUs requested where no utilisation was measured: a held GPU counts as used).
+    """The queue's usage per 5-minute rollup bucket in [since, until], oldest first: CPU = sum of the
+    containers' mean cores, memory = sum of their peak bytes (memory must fit peaks), GPUs = sum of
+    utilisation x GPUs requested (GPUs requested where no utilisation was measured: a held GPU counts as
+    used).
 
     A bucket in which other queues have rows but this one has none counts as zero use: the collector was
-    running and the queue used nothing. A bucket without any row at all is no evidence and is left out."""
-    r = UsageRollup
-    window = (r.bucket_start >= since, r.bucket_start <= until)
-    seen = [start for (start,) in session.execute(select(r.bucket_start).where(*window).distinct())]
+    running and the queue used nothing. A bucket without any row at all is no evidence and is left out.
+
+    Hours already downsampled (watchdog.retention) count as their 5-minute buckets, each at the hour's
+    upper bound: per container its highest bucket mean of cores (GPUs in use) and its peak bytes. So a
+    percentile over downsampled history is never below the exact one (when the collector ran the whole
+    hour) and above it by at most the spread of the queue's usage within an hour. While a retention
+    pass moves an hour, part of it may count twice for a moment."""
+    r, h = UsageRollup, UsageRollupHourly
     gpus = case((r.gpu_samples > 0, r.gpu_util_sum / r.gpu_samples / 100.0 * r.gpu_request), else_=r.gpu_request)
-    rows = session.execute(
-        select(r.bucket_start, func.sum(r.cpu_cores_sum / func.nullif(r.samples, 0)), func.sum(r.memory_bytes_max),
-               func.sum(gpus))
-        .where(*window, r.queue == queue).group_by(r.bucket_start))
-    used = {start: {"cpu": float(cpu or 0.0), "memory": float(memory or 0.0), "gpu": float(gpu or 0.0)}
-            for start, cpu, memory, gpu in rows}
+    fine = _per_bucket(session, r, queue, since, until, r.cpu_cores_sum / func.nullif(r.samples, 0),
+                       r.memory_bytes_max, gpus)
+    coarse = _per_bucket(session, h, queue, since, until, h.cpu_cores_mean_max, h.memory_bytes_max, h.gpus_used_max)
     zero = {"cpu": 0.0, "memory": 0.0, "gpu": 0.0}
-    return [used.get(start, zero) for start in sorted(seen)]
+    out: list[dict[str, float]] = []
+    hours = _seen(session, cast(Table, h.__table__), since, until)
+    if hours:
+        base = session.execute(select(r.bucket_seconds).order_by(r.bucket_start.desc()).limit(1)).scalar()
+        per_hour = max(1, round(HOURLY_SECONDS / (base or DEFAULT_BUCKET_SECONDS)))
+        for start in hours:
+            out.extend([coarse.get(start, zero)] * per_hour)
+    out.extend(fine.get(start, zero) for start in _seen(session, cast(Table, r.__table__), since, until))
+    return out
