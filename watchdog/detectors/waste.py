@@ -4,7 +4,8 @@ JobIdle — a running job whose containers used, over the last `idle_window_seco
 `idle_cpu_ratio` of the CPU they requested (resource "cpu"), or whose GPUs averaged less than
 `idle_gpu_util_percent` utilisation (resource "gpu", only jobs that requested GPUs). Usage is
 sample-weighted over the job's usage_rollups rows: used = sum(cpu_cores_sum) / samples, requested =
-sum(cpu_request_cores x samples) / samples. A new alert needs evidence for the whole window: rollup
+sum(cpu_request_cores x samples) / samples. The per-bucket sums are kept between checks, so a check
+reads only the newest buckets (`_BucketCache`). A new alert needs evidence for the whole window: rollup
 buckets from the window's start to now covering at least `MIN_COVERAGE` of it (the pods ran through
 the window). An open alert only needs to stay below the threshold on whatever samples the window
 holds, and survives a window without samples (the collector or the watchdog was down) as long as the
@@ -25,7 +26,7 @@ from dataclasses import dataclass, replace
 from datetime import datetime, timedelta
 from typing import Any
 
-from sqlalchemy import and_, case, distinct, func, or_, select
+from sqlalchemy import and_, func, or_, select
 from sqlalchemy.orm import Session
 
 from watchdog.config import Detectors
@@ -63,6 +64,82 @@ def _chunks(values: Sequence[str]) -> Iterable[Sequence[str]]:
         yield values[i:i + CHUNK]
 
 
+@dataclass(slots=True)
+class _Figures:
+    """One job's usage in one bucket: the sums of its containers' rollup rows."""
+
+    namespace: str
+    queue: str
+    workload: str
+    bucket_seconds: float
+    gpu: bool  # some row has GPU samples
+    samples: int
+    cpu_used: float
+    cpu_requested: float
+    gpu_samples: int
+    gpu_util: float
+    gpu_request: float  # the largest of its containers'
+
+
+class _BucketCache:
+    """Per-bucket, per-job figures of the JobIdle window, kept between checks so a check reads only
+    the buckets that can still change, not the whole window (at 100k containers a 30-minute window is
+    600k rows, read every minute in the writer's transaction).
+
+    A bucket can change until the flush after it closes is in: bucket start + its length +
+    `settle_seconds` (several flush intervals). Older buckets are taken from memory. A late write to
+    a settled bucket (a flush held back by a database outage) is picked up by the full re-read done
+    once per window, and at the first check, after the clock went back, or when the window grew."""
+
+    def __init__(self, settle_seconds: float, window_seconds: float) -> None:
+        self.settle = timedelta(seconds=settle_seconds)
+        self.window = timedelta(seconds=window_seconds)
+        self.buckets: dict[datetime, dict[str, _Figures]] = {}
+        self.settled_before: datetime | None = None  # buckets starting before this are final in `buckets`
+        self.full_at: datetime | None = None
+        self.last_now: datetime | None = None
+        self.full_reads = 0  # for tests and curiosity
+        self.partial_reads = 0
+
+    def refresh(self, session: Session, start: datetime, now: datetime) -> dict[datetime, dict[str, _Figures]]:
+        full = (self.settled_before is None or self.full_at is None or self.last_now is None or now < self.last_now
+                or now - self.full_at >= self.window or start < self.last_now - self.window)
+        since = start if full or self.settled_before is None else max(start, self.settled_before)
+        fresh = self._read(session, since, now)
+        if full:
+            self.buckets, self.full_at = fresh, now
+            self.full_reads += 1
+        else:
+            self.buckets = {b: jobs for b, jobs in self.buckets.items() if start <= b < since}
+            self.buckets.update(fresh)
+            self.partial_reads += 1
+        longest = max((f.bucket_seconds for jobs in self.buckets.values() for f in jobs.values()), default=300.0)
+        self.settled_before = now - self.settle - timedelta(seconds=longest)
+        self.last_now = now
+        return self.buckets
+
+    @staticmethod
+    def _read(session: Session, since: datetime, now: datetime) -> dict[datetime, dict[str, _Figures]]:
+        """The figures of buckets starting in [since, now], one row per bucket and job (no DISTINCT)."""
+        r = UsageRollup
+        query = (
+            select(r.bucket_start, r.job_uid, func.min(r.namespace), func.min(r.queue), func.min(r.workload),
+                   func.max(r.bucket_seconds), func.max(r.gpu_samples), func.sum(r.samples), func.sum(r.cpu_cores_sum),
+                   func.sum(r.cpu_request_cores * r.samples), func.sum(r.gpu_samples), func.sum(r.gpu_util_sum),
+                   func.max(r.gpu_request))
+            .where(r.bucket_start >= since, r.bucket_start <= now, r.job_uid != "")
+            .group_by(r.bucket_start, r.job_uid)
+        )
+        out: dict[datetime, dict[str, _Figures]] = {}
+        for row in session.execute(query):
+            out.setdefault(row[0], {})[row[1]] = _Figures(
+                namespace=row[2] or "", queue=row[3] or "", workload=row[4] or "", bucket_seconds=float(row[5] or 0),
+                gpu=(row[6] or 0) > 0, samples=int(row[7] or 0), cpu_used=float(row[8] or 0),
+                cpu_requested=float(row[9] or 0), gpu_samples=int(row[10] or 0), gpu_util=float(row[11] or 0),
+                gpu_request=float(row[12] or 0))
+        return out
+
+
 class WasteDetector:
     KINDS = frozenset({JOB_IDLE, OVER_REQUESTED})
 
@@ -70,6 +147,7 @@ class WasteDetector:
         self.settings = settings
         self.settle_seconds = settle_seconds
         self.report_seconds = report_seconds
+        self._cache = _BucketCache(settle_seconds, settings.idle_window_seconds)
 
     def check(self, session: Session, now: datetime) -> list[Signal]:
         return self._idle(session, now) + self._over_requested(session, now)
@@ -77,25 +155,33 @@ class WasteDetector:
     # ---- JobIdle -------------------------------------------------------------------------------------
 
     def _usage(self, session: Session, start: datetime, now: datetime) -> dict[str, _Usage]:
-        r = UsageRollup
-        query = (
-            select(r.job_uid, func.min(r.namespace), func.min(r.queue), func.min(r.workload),
-                   func.min(r.bucket_start), func.max(r.bucket_start), func.max(r.bucket_seconds),
-                   func.count(distinct(r.bucket_start)),
-                   func.count(distinct(case((r.gpu_samples > 0, r.bucket_start)))),
-                   func.sum(r.samples), func.sum(r.cpu_cores_sum), func.sum(r.cpu_request_cores * r.samples),
-                   func.sum(r.gpu_samples), func.sum(r.gpu_util_sum), func.max(r.gpu_request))
-            .where(r.bucket_start >= start, r.bucket_start <= now, r.job_uid != "")
-            .group_by(r.job_uid)
-        )
+        """Each job's usage over the window [start, now], from the per-bucket figures (see `_BucketCache`)."""
+        buckets = self._cache.refresh(session, start, now)
         out: dict[str, _Usage] = {}
-        for row in session.execute(query):
-            out[row[0]] = _Usage(
-                uid=row[0], namespace=row[1] or "", queue=row[2] or "", workload=row[3] or "", first=row[4],
-                last=row[5], bucket_seconds=float(row[6] or 0), buckets=int(row[7] or 0),
-                gpu_buckets=int(row[8] or 0), samples=int(row[9] or 0), cpu_used=float(row[10] or 0),
-                cpu_requested=float(row[11] or 0), gpu_samples=int(row[12] or 0), gpu_util=float(row[13] or 0),
-                gpu_request=float(row[14] or 0))
+        for bucket_start in sorted(buckets):
+            if not start <= bucket_start <= now:
+                continue
+            for uid, f in buckets[bucket_start].items():
+                u = out.get(uid)
+                if u is None:
+                    out[uid] = _Usage(uid=uid, namespace=f.namespace, queue=f.queue, workload=f.workload,
+                                      first=bucket_start, last=bucket_start, bucket_seconds=f.bucket_seconds,
+                                      buckets=1, gpu_buckets=int(f.gpu), samples=f.samples, cpu_used=f.cpu_used,
+                                      cpu_requested=f.cpu_requested, gpu_samples=f.gpu_samples, gpu_util=f.gpu_util,
+                                      gpu_request=f.gpu_request)
+                    continue
+                u.namespace, u.queue, u.workload = (min(u.namespace, f.namespace), min(u.queue, f.queue),
+                                                    min(u.workload, f.workload))
+                u.last = bucket_start
+                u.bucket_seconds = max(u.bucket_seconds, f.bucket_seconds)
+                u.buckets += 1
+                u.gpu_buckets += int(f.gpu)
+                u.samples += f.samples
+                u.cpu_used += f.cpu_used
+                u.cpu_requested += f.cpu_requested
+                u.gpu_samples += f.gpu_samples
+                u.gpu_util += f.gpu_util
+                u.gpu_request = max(u.gpu_request, f.gpu_request)
         return out
 
     def _idle(self, session: Session, now: datetime) -> list[Signal]:
