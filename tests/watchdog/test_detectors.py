@@ -488,6 +488,46 @@ def test_job_idle_resolves_when_usage_rises(engine: Engine) -> None:
         assert detector.check(session, NOW + timedelta(minutes=30)) == []
 
 
+def test_job_idle_reads_only_new_buckets_and_agrees_with_a_fresh_read(engine: Engine) -> None:
+    """A detector kept across checks (as the app keeps it) reads only the buckets that can still change,
+    yet says what a new detector reading the whole window says, minute after minute, while the open
+    bucket's rows keep growing and a job turns idle, then busy."""
+    kept = WasteDetector(SETTINGS, settle_seconds=60)
+    start = NOW - timedelta(minutes=45)
+    with Session(engine) as session, session.begin():
+        ledger(session, "a", "bert-aaaa")
+        ledger(session, "b", "bert-bbbb")
+    rows: dict[tuple[str, datetime], UsageRollup] = {}
+    for minute in range(90):
+        now = start + timedelta(minutes=minute)
+        bucket = datetime.fromtimestamp(now.timestamp() // 300 * 300, UTC)
+        with Session(engine) as session, session.begin():
+            for uid, cpu in (("a", 0.1), ("b", 0.1 if minute < 60 else 6.0)):
+                row = rows.get((uid, bucket))
+                if row is None:
+                    row = rows[(uid, bucket)] = UsageRollup(
+                        bucket_start=bucket, bucket_seconds=300, namespace="ml", pod=f"{uid}-0", container="main",
+                        job_uid=uid, workload="bert", queue="research-nlp", samples=0, cpu_cores_sum=0.0,
+                        cpu_cores_max=0.0, memory_bytes_sum=0.0, memory_bytes_max=0.0, gpu_samples=0,
+                        gpu_util_sum=0.0, gpu_util_max=0.0, cpu_request_cores=8.0, memory_request_bytes=2**34,
+                        gpu_request=0.0)
+                    session.add(row)
+                else:
+                    row = session.merge(row)
+                row.samples += 2
+                row.cpu_cores_sum += 2 * cpu
+                rows[(uid, bucket)] = row
+            session.flush()
+            session.expunge_all()
+        with Session(engine) as session:
+            got = kept.check(session, now)
+            fresh = WasteDetector(SETTINGS, settle_seconds=60).check(session, now)
+        assert sorted((s.fingerprint, s.summary) for s in got) == sorted((s.fingerprint, s.summary) for s in fresh), now
+    assert {s.details["job_uid"] for s in got} == {"a"}
+    cache = kept._cache
+    assert cache.partial_reads > 3 * cache.full_reads  # a full read once per 30-minute window
+
+
 def test_over_requested(engine: Engine) -> None:
     gib = 2**30
     runs = {  # uid: (cpu used / requested core-seconds, memory used / requested byte-seconds, ran, finished ago)
