@@ -1,10 +1,17 @@
 """The running watchdog: informers and collectors feed one worker thread, which owns every database
 write (SQLite allows one writer) and every detector's state.
 
-Informer handlers and collector threads only enqueue. The worker applies a batch of events and
-samples inside one transaction; when the database is unreachable it rolls back, reloads the alert
-state, waits and retries the same batch, so nothing is lost — the informers meanwhile keep their
+Informer handlers and collector threads only enqueue. The worker observes each event once (memory:
+detectors, the cluster index; see `watchdog.observe`) and writes what it calls for inside one
+transaction; when the database is unreachable it rolls back, reloads the alert state, waits and
+retries the same writes, so nothing is lost or decided twice — the informers meanwhile keep their
 caches, and the queue absorbs a burst (up to `QUEUE_LIMIT`, after which informers wait).
+
+Several replicas, one truth: only the leader (a Lease; `leader_election`) collects usage, writes the
+ledger, rollups and alerts, and carries out requests made through the API. Followers keep their
+informers and detectors warm and write nothing. A replica that becomes leader loads the alert book
+and histograms from the database, stores the latest state of every live run and the event-driven
+alerts that hold now, and reconciles what went away — the same path as a restart.
 """
 
 from __future__ import annotations
@@ -21,31 +28,33 @@ from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from kubernetes import client
-from sqlalchemy import Engine
+from sqlalchemy import Engine, select
 from sqlalchemy.exc import InterfaceError, OperationalError, SQLAlchemyError
 from sqlalchemy.orm import Session
 
-from exporter.kube.informer import DELETED, Backoff, Informer
+from exporter.kube.informer import Backoff, Informer
 from exporter.kube.resources import EVENTS, JOBS, PODGROUPS, PODS, QUEUES, ResourceKind
-from exporter.model import Job, Pod, PodGroup, Queue, parse_job, parse_pod, parse_podgroup, parse_queue
+from exporter.model import Pod, parse_job, parse_pod, parse_podgroup, parse_queue
 from exporter.podview import is_volcano_pod
 from watchdog.alerts import FIRING, RESOLVED, AlertBook, Transition
 from watchdog.capability.store import CapabilityChange
 from watchdog.cluster import ClusterIndex
 from watchdog.config import Settings
 from watchdog.db.engine import describe_error, migrate
-from watchdog.db.models import Alert
+from watchdog.db.models import Alert, AlertRequest
 from watchdog.detectors.base import Signal, fingerprint
 from watchdog.detectors.failure import FailureDetector
 from watchdog.detectors.gang import GangDetector
 from watchdog.detectors.queue import QueueDetector
 from watchdog.detectors.waste import WasteDetector
-from watchdog.events import EventView, SchedulerNotes, about_podgroup
+from watchdog.events import SchedulerNotes, about_podgroup
+from watchdog.leader import AlwaysLeader
 from watchdog.ledger import Ledger, enforce_retention
 from watchdog.notify.describe import alert_item
 from watchdog.notify.message import AlertItem, rfc3339
 from watchdog.notify.outbox import NOTICE_LABEL, Outbox, forget_delivered
 from watchdog.notify.sender import Leader, Notifier
+from watchdog.observe import LEDGER_JOB, LEDGER_PODGROUP, SIGNALS, Observer, Write
 from watchdog.recommend import HistogramBook, Recommendation
 from watchdog.usage.metrics_api import MetricsApiCollector
 from watchdog.usage.prometheus import PrometheusCollector
@@ -77,6 +86,7 @@ class Intervals:
     checks: float = 15.0  # gang and queue detectors
     waste: float = 60.0  # idle / over-requested (reads usage from the database)
     flush: float = 15.0  # usage rollups, ledger accumulators, histograms
+    requests: float = 1.0  # requests made through the API (on another replica too): resolve an alert
     rollup_bucket: int = 300  # seconds of usage one rollup row summarises
 
 
@@ -88,6 +98,7 @@ class WorkerStats:
     skipped: int = 0  # events or periodic passes the database refused (logged)
     transitions: int = 0
     last_db_error: str = ""
+    takeovers: int = 0  # times this replica became the leader and took over the writes
 
 
 class Watchdog:
@@ -115,6 +126,14 @@ class Watchdog:
         self.waste = WasteDetector(detectors, settle_seconds=4 * self.intervals.flush)
         self._reconciled = False  # failure alerts of objects deleted while we were down are resolved once
         self.alerts = AlertBook()
+        self.observer = Observer(self.index, self.failures, self.gangs, self.queues, self.notes, self.recorder,
+                                 self.histograms, clock)
+        self.leader: Leader = leader or AlwaysLeader().start()
+        self._leading = False  # this replica has taken over the writes (see _check_leadership)
+        self._take_over_pending = False  # ... and has yet to store what it observed as a follower
+        self._book_stale = False  # the alert book is ahead of the database (a rolled-back transaction)
+        self.db_retry_backoff = (0.5, 30.0)  # seconds: first wait and cap while the database is unreachable
+        self._requested = threading.Event()  # the API queued a request: look before the next interval
         self.stats = WorkerStats()
         self.transitions: list[Transition] = []  # recent ones, for tests and debugging
         # Notifications: the worker writes alert changes into the outbox in the same transaction as
@@ -122,7 +141,6 @@ class Watchdog:
         self.outbox = Outbox(settings.notifications, settings.grafana_url)
         self.notifier = Notifier(self.outbox, engine, settings.notifications.delivery, leader, clock)
         self._enqueued = False
-        self._ooms_seen: set[tuple[str, str, int, bool]] = set()
         self._work: queue.Queue[tuple[str, str, Any]] = queue.Queue(maxsize=QUEUE_LIMIT)
         self._stop = threading.Event()
         self._threads: list[threading.Thread] = []
@@ -184,9 +202,6 @@ class Watchdog:
 
     def start(self) -> Watchdog:
         migrate(self.engine)
-        with Session(self.engine) as session:
-            self.alerts.load(session)
-            self.histograms.load(session)
         self._spawn("watchdog-worker", self._worker)
         self.notifier.start()
         for name, interval, source in self._sources:
@@ -207,6 +222,8 @@ class Watchdog:
         for thread in self._threads:
             thread.join(10)
         self.notifier.stop()
+        if not self._leading:
+            return  # a follower holds nothing to store
         try:  # what the worker holds in memory (the open usage bucket, histogram changes)
             with Session(self.engine) as session, session.begin():
                 now = datetime.fromtimestamp(self.clock(), UTC)
@@ -232,6 +249,9 @@ class Watchdog:
         crashes = 0
         while not self._stop.is_set():
             started = time.monotonic()
+            if not self.leader.is_leader():  # usage is the leader's alone: two collectors would add it twice
+                self._stop.wait(interval)
+                continue
             try:
                 samples = (source.collect(self.clock()) if isinstance(source, PrometheusCollector)
                            else source.collect())
@@ -252,7 +272,7 @@ class Watchdog:
         self._started.set()
         now = self.clock()
         next_check, next_waste, next_flush = now, now + self.intervals.waste, now + self.intervals.flush
-        next_retention = now
+        next_retention = next_requests = now
         while not self._stop.is_set():
             synced = self._all_synced()  # checked before taking the batch: the initial events are queued by then
             batch = self._take_batch(timeout=0.2)
@@ -272,11 +292,18 @@ class Watchdog:
             if now >= next_retention:
                 periodic.append("retention")
                 next_retention = now + self.settings.retention.check_interval_seconds
+            if now >= next_requests or self._requested.is_set():
+                self._requested.clear()
+                periodic.append("requests")
+                next_requests = now + self.intervals.requests
             if batch or periodic:
                 self._apply_with_retry(batch, periodic)
-                self._reconciled = self._reconciled or "reconcile" in periodic
             for _ in batch:
                 self._work.task_done()
+
+    def request_made(self) -> None:
+        """The API stored a request (resolve an alert): carry it out now rather than at the next interval."""
+        self._requested.set()
 
     def _all_synced(self) -> bool:
         """Every informer but the Events one has synced. Events only refine GangUnschedulable's reason:
@@ -297,18 +324,46 @@ class Watchdog:
         return batch
 
     def _apply_with_retry(self, batch: list[tuple[str, str, Any]], periodic: list[str]) -> None:
-        """Apply a batch in one transaction. A lost connection is waited out and the same batch retried;
-        any other database error (a bad row, a bug) must not block everything behind it, so the batch is
-        then applied item by item and what still fails is logged, counted and skipped."""
-        backoff = Backoff(0.5, 30.0)
+        """Observe a batch (once), then store what it calls for in one transaction — on the leader only.
+        A lost connection is waited out and the same writes retried; any other database error (a bad
+        row, a bug) must not block everything behind it, so the writes are then stored one by one and
+        what still fails is logged, counted and skipped."""
+        writes: list[Write] = []
+        for what, event_type, obj in batch:
+            self.stats.events[what] += 1
+            writes += self.observer.observe(what, event_type, obj)
+        if self._store_retrying(writes, periodic):
+            return
+        log.error("database write failed (%s); storing the batch item by item", self.stats.last_db_error)
+        items: list[tuple[list[Write], list[str]]] = [([write], []) for write in writes]
+        items += [([], [task]) for task in periodic]
+        for one, tasks in items:
+            if not self._store_retrying(one, tasks):
+                self.stats.skipped += 1
+                log.error("skipped a %s the database refused: %s", one[0].kind if one else tasks[0],
+                          self.stats.last_db_error)
+
+    def _store_retrying(self, writes: list[Write], periodic: list[str]) -> bool:
+        """One transaction, retried while the database is unreachable. False when the database refused
+        it for another reason (rolled back); True when stored, or when there is nothing to store here
+        (a follower) or the watchdog is stopping."""
+        backoff = Backoff(*self.db_retry_backoff)
         while not self._stop.is_set():
             try:
+                if not self._check_leadership():
+                    return True  # a follower: observed, nothing to store
+                self._refresh_book()
+                takeover = self._take_over_pending
                 self._enqueued = False
-                self._transaction(batch, periodic)
+                self._transaction((self.observer.takeover_writes() if takeover else []) + writes, periodic)
+                if takeover:
+                    self._take_over_pending = self._reconciled = False  # reconcile next, as after a restart
                 self.stats.batches += 1
                 if self._enqueued:
                     self.notifier.wake()
-                return
+                if "reconcile" in periodic:
+                    self._reconciled = True
+                return True
             except (OperationalError, InterfaceError) as exc:
                 self._rolled_back(exc)
                 delay = backoff.next_delay()
@@ -316,93 +371,54 @@ class Watchdog:
                 self._stop.wait(delay)
             except SQLAlchemyError as exc:
                 self._rolled_back(exc)
-                log.error("database write failed (%s); applying the batch item by item", self.stats.last_db_error)
-                self._one_by_one(batch, periodic)
-                return
+                return False
+        return True
 
-    def _transaction(self, batch: list[tuple[str, str, Any]], periodic: list[str]) -> None:
+    def _check_leadership(self) -> bool:
+        """True when this replica leads and has loaded what the previous leader stored (it raises a
+        database error when that load fails: the caller waits and tries again)."""
+        leading = self.leader.is_leader()
+        if leading and not self._leading:
+            with Session(self.engine) as session:
+                self.alerts.load(session)
+                self.histograms.reload(session)
+            self._leading = self._take_over_pending = True
+            self.stats.takeovers += 1
+            log.info("leading: writing usage, the ledger and alerts (takeover %d)", self.stats.takeovers)
+        elif not leading and self._leading:
+            self._leading = False
+            log.info("no longer the leader: observing only")
+        return leading
+
+    def _transaction(self, writes: list[Write], periodic: list[str]) -> None:
         with Session(self.engine) as session, session.begin():
             now = datetime.fromtimestamp(self.clock(), UTC)
-            for what, event_type, obj in batch:
-                self._apply(what, event_type, obj, session, now)
+            for write in writes:
+                self._store(write, session, now)
             for task in periodic:
                 self._periodic(task, session, now)
 
-    def _one_by_one(self, batch: list[tuple[str, str, Any]], periodic: list[str]) -> None:
-        items: list[tuple[list[tuple[str, str, Any]], list[str]]] = [([item], []) for item in batch]
-        items += [([], [task]) for task in periodic]
-        for events, tasks in items:
-            try:
-                self._enqueued = False
-                self._transaction(events, tasks)
-                if self._enqueued:
-                    self.notifier.wake()
-            except SQLAlchemyError as exc:
-                self._rolled_back(exc)
-                self.stats.skipped += 1
-                what = events[0][0] if events else tasks[0]
-                log.exception("skipped a %s the database refused", what)
+    def _store(self, write: Write, session: Session, now: datetime) -> None:
+        if write.kind == LEDGER_JOB:
+            self.ledger.on_job(write.event_type, write.obj, session, now)
+        elif write.kind == LEDGER_PODGROUP:
+            self.ledger.on_podgroup(write.event_type, write.obj, session, now)
+        elif write.kind == SIGNALS:
+            self._record(self.alerts.apply(write.obj, session, now), session, now)
+
+    def _refresh_book(self) -> None:
+        """After a rollback the book is ahead of the database (its transitions never happened): read it
+        again before writing. Raises the database's error while it is still down."""
+        if self._book_stale:
+            with Session(self.engine) as session:
+                self.alerts.load(session)
+            self._book_stale = False
 
     def _rolled_back(self, exc: SQLAlchemyError) -> None:
         self.histograms.flush_failed()  # what flush() handed over was rolled back
         self.stats.db_errors += 1
         self.stats.last_db_error = describe_error(exc)
-        try:
-            with Session(self.engine) as session:
-                self.alerts.load(session)  # the rolled-back transitions never happened
-        except SQLAlchemyError:
-            pass  # still down: loaded again after the next failure, or state stays as it was
-
-    def _apply(self, what: str, event_type: str, obj: Any, session: Session, now: datetime) -> None:
-        self.stats.events[what] += 1
-        signals: list[Signal] = []
-        if what == "jobs":
-            job: Job = obj
-            self.index.on_job(event_type, job)
-            self.ledger.on_job(event_type, job, session, now)
-            self.gangs.on_job(event_type, job)
-            signals = self.failures.on_job(event_type, job)
-        elif what == "pods":
-            pod, workload = obj
-            self.index.on_pod(event_type, pod, workload)
-            self.gangs.on_pod(event_type, pod)
-            self.queues.on_pod(event_type, pod)
-            signals = self.failures.on_pod(event_type, pod)
-            self._note_ooms(event_type, pod)
-        elif what == "podgroups":
-            group: PodGroup = obj
-            self.index.on_podgroup(event_type, group)
-            self.ledger.on_podgroup(event_type, group, session, now)
-            self.gangs.on_podgroup(event_type, group)
-            self.queues.on_podgroup(event_type, group)
-        elif what == "queues":
-            q: Queue = obj
-            self.index.on_queue(event_type, q)
-            self.queues.on_queue(event_type, q)
-        elif what == "events":
-            event: EventView = obj
-            self.notes.on_event(event_type, event)
-        elif what == "samples":
-            self.recorder.ingest(obj, self.index.pod_info)
-        if signals:
-            self._record(self.alerts.apply(signals, session, now), session, now)
-
-    def _note_ooms(self, event_type: str, pod: Pod) -> None:
-        """An OOM kill raises the workload's memory recommendation (VPA's OOM bump), once per kill."""
-        if event_type == DELETED:
-            self._ooms_seen = {k for k in self._ooms_seen if k[0] != pod.uid}
-            return
-        for termination in pod.terminations:
-            key = (pod.uid, termination.container, pod.restart_count, termination.current)
-            if termination.reason != "OOMKilled" or key in self._ooms_seen:
-                continue
-            self._ooms_seen.add(key)
-            info = self.index.pod_info(pod.namespace, pod.name)
-            if info is None or not info.workload:
-                continue
-            limit = next((amount for name, amount in pod.limits if name == "memory"), 0.0)
-            self.histograms.add_oom(pod.namespace, info.workload, info.task, termination.container,
-                                    self.clock(), limit or info.memory_request_bytes)
+        self._book_stale = True  # reloaded before the next attempt (the database may still be down now)
 
     def _periodic(self, task: str, session: Session, now: datetime) -> None:
         ts = now.timestamp()
@@ -418,6 +434,8 @@ class Watchdog:
         elif task == "flush":
             self.recorder.flush(session, now)
             self.histograms.flush(session, now)
+        elif task == "requests":
+            self._carry_out_requests(session, now)
         elif task == "retention":
             removed = enforce_retention(session, self.settings.retention, now)
             removed["notifications"] = forget_delivered(session, now, self.settings.notifications.retention_days)
@@ -425,6 +443,17 @@ class Watchdog:
                 session, now - timedelta(days=self.settings.retention.histograms_days))
             if any(removed.values()):
                 log.info("retention removed %s", removed)
+
+    def _carry_out_requests(self, session: Session, now: datetime) -> None:
+        """Requests stored by the API (on any replica), oldest first, through the alert book: the one
+        "resolved" message goes out in the same transaction as the change."""
+        pending = session.scalars(select(AlertRequest).where(AlertRequest.done_at.is_(None))
+                                  .order_by(AlertRequest.id).limit(100)).all()
+        for request in pending:
+            outcome, transitions = self.alerts.resolve_by_hand(request.alert_id, session, now)
+            self._record(transitions, session, now)
+            request.done_at, request.outcome = now, outcome
+            log.info("alert %d resolved by hand: %s", request.alert_id, outcome)
 
     def announce_capability(self, change: CapabilityChange) -> None:
         """A queue's capability changed (or, in dry-run, would): a one-time notice through the routes.

@@ -328,6 +328,14 @@ class HistogramBook:
             if key not in self._dirty:
                 self._entries[key] = _entry_from_row(row, self._half_life, self.skipped)
 
+    def reload(self, session: Session) -> None:
+        """Forget memory and read the table: a replica that just became leader trusts what the previous
+        leader stored over anything it noted as a follower."""
+        self._entries.clear()
+        self._dirty.clear()
+        self._last_flushed = []
+        self.load(session)
+
     def flush(self, session: Session, now: datetime) -> int:
         """Upsert the keys changed since the last flush; returns rows written. If the caller's
         transaction then fails to commit, `flush_failed()` marks those keys for the next flush."""

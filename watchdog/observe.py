@@ -1,0 +1,139 @@
+"""What an informer event or a batch of usage samples changes in the watchdog's memory, applied exactly
+once, and the database writes it calls for.
+
+Why the split: the worker writes a batch in one transaction and, when the database is unreachable,
+retries the same batch. Detectors remember what they saw (a container's OOM kill, the pods of a gang);
+fed the same event twice, some decide differently the second time ("the container runs again") and
+the first attempt's alert would be lost with the rolled-back transaction. So every event is observed
+once, here, and what must be stored comes out as plain `Write`s that the worker can replay as often
+as the database needs (issue 12: a retried batch lost PodOOMKilled).
+
+The observer also keeps what a replica needs to take over as leader: the latest view of every run
+(a new leader writes them into the ledger) and the event-driven alerts active now (it applies them to
+the alert book it loads from the database). Followers observe everything and write nothing.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+from exporter.kube.informer import DELETED
+from exporter.model import Job, Pod, PodGroup, Queue
+from watchdog.cluster import ClusterIndex
+from watchdog.detectors.base import Signal
+from watchdog.detectors.failure import FailureDetector
+from watchdog.detectors.gang import GangDetector
+from watchdog.detectors.queue import QueueDetector
+from watchdog.events import EventView, SchedulerNotes
+from watchdog.recommend import HistogramBook
+from watchdog.usage.recorder import UsageRecorder
+
+__all__ = ["LEDGER_JOB", "LEDGER_PODGROUP", "SIGNALS", "Observer", "Write"]
+
+LEDGER_JOB, LEDGER_PODGROUP, SIGNALS = "ledger_job", "ledger_podgroup", "signals"
+
+
+@dataclass(frozen=True, slots=True)
+class Write:
+    """One thing to store: a ledger upsert of a Job / PodGroup (`event_type` says ADDED, MODIFIED or
+    DELETED) or detector signals for the alert book."""
+
+    kind: str
+    event_type: str
+    obj: Any
+
+
+class Observer:
+    def __init__(self, index: ClusterIndex, failures: FailureDetector, gangs: GangDetector,
+                 queues: QueueDetector, notes: SchedulerNotes, recorder: UsageRecorder,
+                 histograms: HistogramBook, clock: Callable[[], float]) -> None:
+        self.index = index
+        self.failures = failures
+        self.gangs = gangs
+        self.queues = queues
+        self.notes = notes
+        self.recorder = recorder
+        self.histograms = histograms
+        self.clock = clock
+        self.runs: dict[str, Job | PodGroup] = {}  # uid -> latest view of a live Job / PodGroup
+        self.active: dict[str, Signal] = {}  # fingerprint -> the latest active event-driven signal
+        self._ooms_seen: set[tuple[str, str, int, bool]] = set()
+
+    def observe(self, what: str, event_type: str, obj: Any) -> list[Write]:
+        writes: list[Write] = []
+        signals: list[Signal] = []
+        if what == "jobs":
+            job: Job = obj
+            self.index.on_job(event_type, job)
+            self._remember_run(event_type, job.uid, job)
+            writes.append(Write(LEDGER_JOB, event_type, job))
+            self.gangs.on_job(event_type, job)
+            signals = self.failures.on_job(event_type, job)
+        elif what == "pods":
+            pod, workload = obj
+            self.index.on_pod(event_type, pod, workload)
+            self.gangs.on_pod(event_type, pod)
+            self.queues.on_pod(event_type, pod)
+            signals = self.failures.on_pod(event_type, pod)
+            self._note_ooms(event_type, pod)
+        elif what == "podgroups":
+            group: PodGroup = obj
+            self.index.on_podgroup(event_type, group)
+            self._remember_run(event_type, group.uid, group)
+            writes.append(Write(LEDGER_PODGROUP, event_type, group))
+            self.gangs.on_podgroup(event_type, group)
+            self.queues.on_podgroup(event_type, group)
+        elif what == "queues":
+            q: Queue = obj
+            self.index.on_queue(event_type, q)
+            self.queues.on_queue(event_type, q)
+        elif what == "events":
+            event: EventView = obj
+            self.notes.on_event(event_type, event)
+        elif what == "samples":
+            self.recorder.ingest(obj, self.index.pod_info)
+        if signals:
+            for signal in signals:
+                if signal.active:
+                    self.active[signal.fingerprint] = signal
+                else:
+                    self.active.pop(signal.fingerprint, None)
+            writes.append(Write(SIGNALS, event_type, signals))
+        return writes
+
+    def takeover_writes(self) -> list[Write]:
+        """What a replica that just became leader stores from memory: every live run's latest state
+        (idempotent upserts) and the event-driven alerts that hold now (the alert book finds those
+        already stored and opens only what the previous leader missed)."""
+        writes = [Write(LEDGER_JOB if isinstance(run, Job) else LEDGER_PODGROUP, "ADDED", run)
+                  for run in list(self.runs.values())]
+        if self.active:
+            writes.append(Write(SIGNALS, "ADDED", list(self.active.values())))
+        return writes
+
+    def _remember_run(self, event_type: str, uid: str, run: Job | PodGroup) -> None:
+        if not uid:
+            return
+        if event_type == DELETED:
+            self.runs.pop(uid, None)
+        else:
+            self.runs[uid] = run
+
+    def _note_ooms(self, event_type: str, pod: Pod) -> None:
+        """An OOM kill raises the workload's memory recommendation (VPA's OOM bump), once per kill."""
+        if event_type == DELETED:
+            self._ooms_seen = {k for k in self._ooms_seen if k[0] != pod.uid}
+            return
+        for termination in pod.terminations:
+            key = (pod.uid, termination.container, pod.restart_count, termination.current)
+            if termination.reason != "OOMKilled" or key in self._ooms_seen:
+                continue
+            self._ooms_seen.add(key)
+            info = self.index.pod_info(pod.namespace, pod.name)
+            if info is None or not info.workload:
+                continue
+            limit = next((amount for name, amount in pod.limits if name == "memory"), 0.0)
+            self.histograms.add_oom(pod.namespace, info.workload, info.task, termination.container,
+                                    self.clock(), limit or info.memory_request_bytes)
