@@ -22,6 +22,11 @@
   themselves every round; a write per alert per round would be most of the database traffic).
 - A pending episode is promoted when a signal for it arrives: periodic detectors re-send every round,
   event-driven ones use `for_seconds` 0.
+- Resolved by hand (`resolve_by_hand`, reached only through the writer loop): the episode ends like any
+  other (one "resolved" transition), and if the cause still holds the fingerprint is *held* (column
+  `held`): its active signals are ignored until the detector reports the cause gone, so a persisting
+  cause does not reopen at once and its end sends no second "resolved" message; a later recurrence
+  opens a new episode.
 - Not thread-safe, like the detectors: one thread (the app's writer loop) feeds and applies.
 - Values are made safe for both databases: strings cut to their column sizes, NUL characters and lone
   surrogates replaced, non-finite floats in details stored as null, unknown severities as "warning".
@@ -109,6 +114,7 @@ class AlertBook:
     def __init__(self) -> None:
         self._open: dict[str, _Open] = {}
         self._known: OrderedDict[str, None] = OrderedDict()
+        self._held: dict[str, str] = {}  # fingerprint -> kind, resolved by hand while the cause held
 
     # ---- reading ---------------------------------------------------------------------------------------
 
@@ -118,6 +124,8 @@ class AlertBook:
         self._known.clear()
         for row in session.scalars(select(Alert).where(Alert.state != RESOLVED)):
             self._open[row.fingerprint] = self._entry(row)
+        self._held = {fp: kind for fp, kind in session.execute(
+            select(Alert.fingerprint, Alert.kind).where(Alert.held.is_(True)))}
 
     @staticmethod
     def _entry(row: Alert) -> _Open:
@@ -144,6 +152,10 @@ class AlertBook:
         for signal in signals:
             if len(signal.fingerprint) > FINGERPRINT_LEN:  # not from fingerprint(): make it fit the column
                 signal = replace(signal, fingerprint=fingerprint(signal.kind, signal.fingerprint))
+            if signal.fingerprint in self._held:
+                if not signal.active:
+                    self._release(signal.fingerprint, session)
+                continue
             entry = self._open.get(signal.fingerprint)
             if not signal.active:
                 if entry is not None:
@@ -162,7 +174,31 @@ class AlertBook:
         gone = [(fp, e) for fp, e in self._open.items() if e.kind in kinds and fp not in seen]
         for fp, entry in gone:
             self._resolve(fp, entry, session, now, transitions)
+        for fp in [fp for fp, kind in self._held.items() if kind in kinds and fp not in seen]:
+            self._release(fp, session)
         return transitions
+
+    def resolve_by_hand(self, alert_id: int, session: Session, now: datetime) -> tuple[str, list[Transition]]:
+        """A person resolved the alert (API request). Returns the outcome — "resolved",
+        "already_resolved" or "no_such_alert" — and the transitions to announce."""
+        row = session.get(Alert, alert_id, populate_existing=True)
+        if row is None:
+            return "no_such_alert", []
+        entry = self._open.get(row.fingerprint)
+        if row.state == RESOLVED or entry is None or entry.id != alert_id:
+            return "already_resolved", []
+        transitions: list[Transition] = []
+        self._resolve(row.fingerprint, entry, session, now, transitions, keep_pending=True)
+        self._held[row.fingerprint] = row.kind
+        session.execute(update(Alert).where(Alert.id == alert_id).values(held=True),
+                        execution_options={"synchronize_session": False})
+        return "resolved", transitions
+
+    def _release(self, fp: str, session: Session) -> None:
+        """The cause of a held alert is gone: the next occurrence is a new episode."""
+        self._held.pop(fp, None)
+        session.execute(update(Alert).where(Alert.fingerprint == fp, Alert.held.is_(True)).values(held=False),
+                        execution_options={"synchronize_session": False})
 
     def apply_round(self, kinds: AbstractSet[str], signals: list[Signal], session: Session,
                     now: datetime) -> list[Transition]:
@@ -232,9 +268,10 @@ class AlertBook:
             session.execute(update(Alert).where(Alert.id == entry.id).values(**values),
                             execution_options={"synchronize_session": False})
 
-    def _resolve(self, fp: str, entry: _Open, session: Session, now: datetime, transitions: list[Transition]) -> None:
+    def _resolve(self, fp: str, entry: _Open, session: Session, now: datetime, transitions: list[Transition],
+                 keep_pending: bool = False) -> None:
         del self._open[fp]
-        if entry.state == PENDING:  # never fired: nobody heard of it
+        if entry.state == PENDING and not keep_pending:  # never fired: nobody heard of it
             session.execute(delete(Alert).where(Alert.id == entry.id), execution_options={"synchronize_session": False})
             return
         session.execute(update(Alert).where(Alert.id == entry.id)

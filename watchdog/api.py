@@ -15,23 +15,24 @@ from __future__ import annotations
 
 import hmac
 import logging
+import time
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
-from typing import Annotated, Any, Literal, cast
+from typing import Annotated, Any, Literal
 
 import fastapi.routing
 from fastapi import APIRouter, Depends, FastAPI, HTTPException, Path, Query, Request
 from fastapi.responses import JSONResponse, Response
 from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
 from pydantic import BaseModel, ConfigDict
-from sqlalchemy import ColumnElement, CursorResult, Engine, func, select, update
+from sqlalchemy import ColumnElement, Engine, func, select
 from sqlalchemy.exc import SQLAlchemyError
 from sqlalchemy.orm import Session
 
 from watchdog import recommend
 from watchdog.config import Settings
-from watchdog.db.models import Alert, JobRun, UsageRollup
+from watchdog.db.models import Alert, AlertRequest, JobRun, UsageRollup
 from watchdog.metrics import CONTENT_TYPE, RecommendationCache, render_metrics
 from watchdog.notify.api import add_notification_routes
 from watchdog.notify.outbox import Outbox
@@ -295,10 +296,11 @@ def queue_usage(session: Session, now: datetime) -> tuple[datetime | None, int |
 def create_app(engine: Engine, settings: Settings, health: Health, clock: Callable[[], datetime] = utcnow,
                queues: Callable[[], list[QueueView]] = list, recommendation_ttl_seconds: float = 300.0,
                outbox: Outbox | None = None, wake_notifier: Callable[[], None] = lambda: None,
-               routers: Sequence[APIRouter] = ()) -> FastAPI:
+               routers: Sequence[APIRouter] = (), request_made: Callable[[], None] = lambda: None,
+               request_wait_seconds: float = 5.0) -> FastAPI:
     """The watchdog's HTTP app. `outbox`: notifications (the Alertmanager receiver, silences, the
     outbox); `wake_notifier` is called when the receiver enqueued something; `routers`: more read-only
-    routes (queue capability)."""
+    routes (queue capability); `request_made` tells this replica's worker that a request was stored."""
     app = FastAPI(title="volcano-watchdog", version="1",
                   description="Alerts, the job ledger, request recommendations and queue usage of a Volcano cluster.")
     require_token = token_guard(settings)
@@ -352,23 +354,39 @@ def create_app(engine: Engine, settings: Settings, health: Health, clock: Callab
         return AlertOut.model_validate(row)
 
     @writes.post("/api/v1/alerts/{alert_id}/resolve", response_model=AlertOut, tags=["alerts"],
-                 responses={404: {"model": ErrorOut}, 409: {"model": ErrorOut, "description": "Already resolved."}})
-    def resolve_alert(alert_id: AlertId) -> AlertOut:
-        """Resolve an alert by hand. If its cause persists, the detector opens a new episode."""
-        now = clock()
-        # The API's only write: one short transaction of its own. SQLite in WAL mode lets it run beside the
-        # app's writer thread (busy_timeout covers the instant both want the write lock); the conditional
-        # UPDATE makes "already resolved" race-free on both databases.
+                 responses={202: {"model": ErrorOut, "description": "Stored; the leader has not carried it out yet."},
+                            404: {"model": ErrorOut}, 409: {"model": ErrorOut, "description": "Already resolved."}})
+    def resolve_alert(alert_id: AlertId) -> Any:
+        """Resolve an alert by hand: one "resolved" message goes out. While its cause persists no new
+        episode opens; once the cause has gone, a recurrence is a new alert.
+
+        The request is stored and carried out by the leader's worker (the only writer of alert state,
+        on whichever replica leads); this call waits up to a few seconds for it, then answers 202."""
         with Session(engine) as session, session.begin():
-            result = cast(CursorResult[Any], session.execute(
-                update(Alert).where(Alert.id == alert_id, Alert.state != "resolved")
-                .values(state="resolved", resolved_at=now, updated_at=now)))
             row = session.get(Alert, alert_id)
             if row is None:
                 raise HTTPException(404, "no such alert")
-            if result.rowcount == 0:
+            if row.state == "resolved":
                 raise HTTPException(409, "alert is already resolved")
-            return AlertOut.model_validate(row)
+            request = AlertRequest(alert_id=alert_id, action="resolve", requested_at=clock(), outcome="")
+            session.add(request)
+            session.flush()
+            request_id = request.id
+        request_made()
+        deadline = time.monotonic() + request_wait_seconds
+        while True:
+            with Session(engine) as session:
+                done = session.get(AlertRequest, request_id)
+                if done is not None and done.done_at is not None:
+                    if done.outcome == "already_resolved":
+                        raise HTTPException(409, "alert is already resolved")
+                    if done.outcome == "no_such_alert":
+                        raise HTTPException(404, "no such alert")
+                    return AlertOut.model_validate(session.get(Alert, alert_id))
+            if time.monotonic() >= deadline:
+                return JSONResponse({"detail": f"request {request_id} stored; the leader carries it out shortly"},
+                                    status_code=202)
+            time.sleep(0.05)
 
     @app.get("/api/v1/jobs", response_model=JobPage, tags=["jobs"])
     def list_jobs(session: Db, namespace: Text = None, queue: Text = None, phase: Text = None, name: Text = None,

@@ -120,7 +120,7 @@ def run_watchdog(settings: Settings) -> int:
     health = Health(watchdog.ready, collectors, leader=leader.is_leader, notifications=notifications,
                     extra_metrics=(lambda: render_capability_metrics(capability)) if capability else str)
     app = create_app(engine, settings, health, queues=queues, outbox=watchdog.outbox,
-                     wake_notifier=watchdog.notifier.wake,
+                     wake_notifier=watchdog.notifier.wake, request_made=watchdog.request_made,
                      routers=[capability_router(engine, capability)] if capability else [])
     host, port = host_port(settings.listen)
     log.info("serving the API on %s:%d (database %s)", host, port, display_url(engine))

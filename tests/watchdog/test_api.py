@@ -22,6 +22,7 @@ from sqlalchemy.orm import Session
 
 from watchdog import recommend
 from watchdog.api import CollectorHealth, Health, QueueView, check_writes_guarded, create_app, route_table
+from watchdog.app import Watchdog
 from watchdog.config import Settings
 from watchdog.db.engine import make_engine
 from watchdog.db.models import Alert, JobRun, UsageRollup
@@ -64,8 +65,12 @@ def health(ready: bool = True) -> Health:
 
 def client_for(engine: Engine, token: str | None = TOKEN, ready: bool = True,
                queues: list[QueueView] | None = None) -> TestClient:
+    """The API with a watchdog worker behind it (no cluster): requests stored by the API are carried
+    out by the worker's own path, as on the leader."""
     settings = Settings(api_token=SecretStr(token) if token is not None else None)
-    app = create_app(engine, settings, health(ready), clock=lambda: NOW, queues=lambda: list(queues or []))
+    worker = Watchdog(settings, engine, api=None, clock=NOW.timestamp)
+    app = create_app(engine, settings, health(ready), clock=lambda: NOW, queues=lambda: list(queues or []),
+                     request_made=lambda: worker._apply_with_retry([], ["requests"]))
     return TestClient(app)
 
 

@@ -213,6 +213,25 @@ class Alert(Base):
     resolved_at: Mapped[datetime | None]
     last_seen_at: Mapped[datetime]
     updated_at: Mapped[datetime]
+    # Resolved by hand while its cause still held: no new episode opens until the detector reports the
+    # cause gone (then this is cleared), so a persisting cause is not re-announced right away.
+    held: Mapped[bool] = mapped_column(default=False, server_default=text("false"))
+
+
+class AlertRequest(Base):
+    """A person's request about an alert (resolve), made through the API on any replica and carried out
+    by the leader's worker, the only writer of alert state: the alert book, the outbox and the row then
+    change in one transaction, and exactly one "resolved" message goes out."""
+
+    __tablename__ = "alert_requests"
+    __table_args__ = (Index("ix_alert_requests_pending", "done_at", "id"),)
+
+    id: Mapped[int] = mapped_column(Id, primary_key=True, autoincrement=True)
+    alert_id: Mapped[int] = mapped_column(Id)
+    action: Mapped[str] = mapped_column(String(16))  # "resolve"
+    requested_at: Mapped[datetime]
+    done_at: Mapped[datetime | None]
+    outcome: Mapped[str] = mapped_column(String(32), default="")  # resolved / already_resolved / no_such_alert
 
 
 class NotificationGroup(Base):
