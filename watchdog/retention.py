@@ -137,8 +137,8 @@ def downsample_cutoff(settings: Settings, now: datetime) -> datetime | None:
 class _Chunks:
     """Runs chunks, one transaction each, pausing between them (see the module docstring)."""
 
-    def __init__(self, engine: Engine, rows: int, stop: threading.Event | None) -> None:
-        self.engine, self.rows, self.stop = engine, rows, stop
+    def __init__(self, engine: Engine, rows: int, stop: threading.Event | None, pace: bool) -> None:
+        self.engine, self.rows, self.stop, self.pace = engine, rows, stop, pace
         self.postgres = engine.dialect.name == "postgresql"
         self.min_pause = 0.0 if self.postgres else SQLITE_PAUSE
         self.chunks = 0
@@ -155,24 +155,25 @@ class _Chunks:
             total += done
             if done < self.rows:
                 break
-            pause = max(self.min_pause, time.monotonic() - started)
+            pause = max(self.min_pause, time.monotonic() - started) if self.pace else 0.0
             if self.stop is not None and self.stop.wait(pause):
                 self.stopped = True
-            elif self.stop is None:
+            elif self.stop is None and pause:
                 time.sleep(pause)
         return total
 
 
 def run_retention(engine: Engine, settings: Settings, now: datetime,
-                  stop: threading.Event | None = None) -> dict[str, int]:
+                  stop: threading.Event | None = None, *, pace: bool = True) -> dict[str, int]:
     """One retention pass over every time-ordered table the writer does not own in memory: expired
     5-minute rollups deleted, older ones downsampled into hourly rows, expired hourly rows, ledger rows
     and resolved alerts deleted, `settings.retention.chunk_rows` rows per transaction. Returns rows per
     table (`usage_rollups_downsampled`: 5-minute rows merged into hourly ones), `chunks`, and `stopped`
     (1 when `stop` was set: the pass ends after the chunk in flight; the next pass resumes). Deletes the
     same rows as `watchdog.ledger.enforce_retention` (both use `watchdog.ledger.expired`). Call it on a
-    thread of its own, never inside the writer's transaction."""
-    chunks = _Chunks(engine, settings.retention.chunk_rows, stop)
+    thread of its own, never inside the writer's transaction. `pace=False`: no pause between chunks
+    (nothing else writes: a migration, a bench building history)."""
+    chunks = _Chunks(engine, settings.retention.chunk_rows, stop, pace)
     params: dict[str, Any] = {"n": settings.retention.chunk_rows}
     usage_cutoff = now - timedelta(days=settings.retention.usage_days)
     conditions = expired(settings.retention, now)
