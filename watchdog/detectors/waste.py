@@ -87,9 +87,10 @@ class _BucketCache:
     600k rows, read every minute in the writer's transaction).
 
     A bucket can change until the flush after it closes is in: bucket start + its length +
-    `settle_seconds` (several flush intervals). Older buckets are taken from memory. A late write to
-    a settled bucket (a flush held back by a database outage) is picked up by the full re-read done
-    once per window, and at the first check, after the clock went back, or when the window grew."""
+    `settle_seconds` (several flush intervals). Older buckets are taken from memory. The whole window
+    is read again at the first check, once per window, after the clock went back or the window grew,
+    and after a gap between checks longer than twice the settle time: checks missed (a database
+    outage, leadership elsewhere) are when late flushes land in buckets already taken as final."""
 
     def __init__(self, settle_seconds: float, window_seconds: float) -> None:
         self.settle = timedelta(seconds=settle_seconds)
@@ -103,7 +104,8 @@ class _BucketCache:
 
     def refresh(self, session: Session, start: datetime, now: datetime) -> dict[datetime, dict[str, _Figures]]:
         full = (self.settled_before is None or self.full_at is None or self.last_now is None or now < self.last_now
-                or now - self.full_at >= self.window or start < self.last_now - self.window)
+                or now - self.full_at >= self.window or start < self.last_now - self.window
+                or now - self.last_now > 2 * self.settle)
         since = start if full or self.settled_before is None else max(start, self.settled_before)
         fresh = self._read(session, since, now)
         if full:
