@@ -192,17 +192,20 @@ AUTH_RESPONSES: dict[int | str, dict[str, Any]] = {
 }
 
 
-def token_guard(settings: Settings) -> Callable[[HTTPAuthorizationCredentials | None], None]:
-    """The dependency every non-GET route carries. Compares bytes in constant time (hmac.compare_digest
+def token_guard(settings: Settings, *, reading: bool = False) -> Callable[[HTTPAuthorizationCredentials | None], None]:
+    """The dependency every non-GET route carries (`api_token`), or with `reading` the GETs that show
+    people's data (`api_read_token` or `api_token`). Compares bytes in constant time (hmac.compare_digest
     on str rejects non-ASCII, and a header is whatever the client sends)."""
-    secret = settings.api_token.get_secret_value() if settings.api_token else ""
-    expected = secret.encode() if secret else None
+    tokens = [settings.api_token, settings.api_read_token] if reading else [settings.api_token]
+    expected = [token.get_secret_value().encode() for token in tokens if token and token.get_secret_value()]
 
     def require_token(credentials: Credentials) -> None:
-        if expected is None:
-            raise HTTPException(403, "no api_token configured")
+        if not expected:
+            raise HTTPException(403, "no api_read_token or api_token configured" if reading
+                                else "no api_token configured")
         given = credentials.credentials.encode("utf-8", "surrogateescape") if credentials else b""
-        if not given or not hmac.compare_digest(given, expected):
+        matches = [hmac.compare_digest(given, secret) for secret in expected]  # every one: constant time
+        if not given or not any(matches):
             raise HTTPException(401, "a valid bearer token is required", headers={"WWW-Authenticate": "Bearer"})
 
     return require_token
@@ -437,9 +440,9 @@ def create_app(engine: Engine, settings: Settings, health: Health, clock: Callab
                                                                  view.capability.get("memory", 0.0))))
         return out
 
-    read = APIRouter()
-    add_notification_routes(app, read, writes, engine, outbox, clock, wake_notifier)
-    app.include_router(read)
+    private = APIRouter(dependencies=[Depends(token_guard(settings, reading=True))], responses=AUTH_RESPONSES)
+    add_notification_routes(app, private, writes, engine, outbox, clock, wake_notifier)
+    app.include_router(private)
     for router in routers:
         app.include_router(router)
     app.include_router(writes)

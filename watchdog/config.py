@@ -141,6 +141,10 @@ class Settings(Section):
     api_token: SecretStr | None = Field(
         default=None, description="Bearer token required by every non-GET API endpoint (unset: those are refused)."
     )
+    api_read_token: SecretStr | None = Field(
+        default=None, description="Bearer token for the GET endpoints that show people's data (/api/v1/notifications "
+                                  "with owners' mentions, /api/v1/silences with their authors); api_token works "
+                                  "there too. Unset: only api_token opens them. Every other GET is public.")
     namespaces: list[str] = Field(default_factory=list, description="Namespaces to watch (empty: all).")
     grafana_url: str | None = Field(default=None, description="Grafana base URL, for links in messages.")
     sources: Sources = Sources()

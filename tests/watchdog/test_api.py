@@ -394,3 +394,24 @@ def test_real_uvicorn_server(served: str, engine: Engine) -> None:
         metrics = http.get("/metrics")
         assert metrics.headers["content-type"].startswith("text/plain; version=0.0.4")
         assert 'volcano_watchdog_collector_up{collector="metrics_api"} 1' in metrics.text
+
+
+def test_people_data_needs_a_token_and_the_rest_is_public(seeded: Engine) -> None:
+    """The outbox's messages (owners' phone numbers and e-mails in mentions) and silences (their authors)
+    need the read token or the write token; alerts, jobs, queues, receivers and health stay public."""
+    read_token = "re4d-only-t0ken"
+    settings = Settings(api_token=SecretStr(TOKEN), api_read_token=SecretStr(read_token))
+    client = TestClient(create_app(seeded, settings, health(), clock=lambda: NOW))
+    for path in ("/api/v1/notifications", "/api/v1/silences"):
+        assert client.get(path).status_code == 401, path
+        assert client.get(path, headers={"Authorization": "Bearer wrong"}).status_code == 401, path
+        assert client.get(path, headers={"Authorization": f"Bearer {read_token}"}).status_code == 200, path
+        assert client.get(path, headers={"Authorization": f"Bearer {TOKEN}"}).status_code == 200, path
+    for path in ("/api/v1/alerts", "/api/v1/jobs", "/api/v1/queues", "/api/v1/receivers", "/healthz", "/metrics"):
+        assert client.get(path).status_code == 200, path
+    # The read token opens no write.
+    assert resolve(client, firing_id(seeded), f"Bearer {read_token}").status_code == 401
+    # Without any token configured the people's data is refused, not served.
+    closed = TestClient(create_app(seeded, Settings(), health(), clock=lambda: NOW))
+    assert closed.get("/api/v1/notifications").status_code == 403
+    assert closed.get("/api/v1/alerts").status_code == 200

@@ -92,6 +92,8 @@ class Accepted(BaseModel):
 
 def add_notification_routes(app: FastAPI, read: APIRouter, writes: APIRouter, engine: Engine, outbox: Outbox | None,
                             clock: Callable[[], datetime], wake: Callable[[], None]) -> None:
+    """`read`: the router for GETs that show people's data (the messages, with owners' mentions; who
+    made a silence): it asks for the read token. `writes`: the write token."""
     @app.exception_handler(RequestValidationError)
     async def bad_request(request: Request, exc: RequestValidationError) -> Response:
         """FastAPI's 422 everywhere but the Alertmanager receiver, which answers 400 with the first
@@ -193,7 +195,7 @@ def add_notification_routes(app: FastAPI, read: APIRouter, writes: APIRouter, en
         wake()
         return out
 
-    @read.get("/api/v1/receivers", response_model=list[ReceiverOut], tags=["notifications"])
+    @app.get("/api/v1/receivers", response_model=list[ReceiverOut], tags=["notifications"])
     def receivers() -> list[ReceiverOut]:
         """Configured receivers (names and kinds; their URLs and secrets are never shown)."""
         found = outbox.receivers.values() if outbox is not None else ()
