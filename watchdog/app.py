@@ -127,7 +127,8 @@ class Watchdog:
         self._reconciled = False  # failure alerts of objects deleted while we were down are resolved once
         self.alerts = AlertBook()
         self.observer = Observer(self.index, self.failures, self.gangs, self.queues, self.notes, self.recorder,
-                                 self.histograms, clock)
+                                 self.histograms, clock,
+                                 unstored_seconds=2 * settings.leader_election.lease_duration_seconds + 30)
         self.leader: Leader = leader or AlwaysLeader().start()
         self._leading = False  # this replica has taken over the writes (see _check_leadership)
         self._take_over_pending = False  # ... and has yet to store what it observed as a follower
@@ -351,7 +352,8 @@ class Watchdog:
         while not self._stop.is_set():
             try:
                 if not self._check_leadership():
-                    return True  # a follower: observed, nothing to store
+                    self.observer.keep_unstored(writes)  # a follower: the next leader may need them
+                    return True
                 self._refresh_book()
                 takeover = self._take_over_pending
                 self._enqueued = False

@@ -15,6 +15,7 @@ the alert book it loads from the database). Followers observe everything and wri
 
 from __future__ import annotations
 
+from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
@@ -48,7 +49,7 @@ class Write:
 class Observer:
     def __init__(self, index: ClusterIndex, failures: FailureDetector, gangs: GangDetector,
                  queues: QueueDetector, notes: SchedulerNotes, recorder: UsageRecorder,
-                 histograms: HistogramBook, clock: Callable[[], float]) -> None:
+                 histograms: HistogramBook, clock: Callable[[], float], unstored_seconds: float = 60.0) -> None:
         self.index = index
         self.failures = failures
         self.gangs = gangs
@@ -59,6 +60,10 @@ class Observer:
         self.clock = clock
         self.runs: dict[str, Job | PodGroup] = {}  # uid -> latest view of a live Job / PodGroup
         self.active: dict[str, Signal] = {}  # fingerprint -> the latest active event-driven signal
+        # Writes a follower observed lately: what happened between the old leader's death and the takeover
+        # (a job that failed and was deleted meanwhile) is stored from here by the new leader.
+        self.unstored: deque[tuple[float, Write]] = deque()
+        self.unstored_seconds = unstored_seconds
         self._ooms_seen: set[tuple[str, str, int, bool]] = set()
 
     def observe(self, what: str, event_type: str, obj: Any) -> list[Write]:
@@ -103,12 +108,22 @@ class Observer:
             writes.append(Write(SIGNALS, event_type, signals))
         return writes
 
+    def keep_unstored(self, writes: list[Write]) -> None:
+        """A follower's writes, kept for `unstored_seconds` (longer than a lease takes to change hands)."""
+        now = self.clock()
+        self.unstored.extend((now, write) for write in writes)
+        while self.unstored and self.unstored[0][0] < now - self.unstored_seconds:
+            self.unstored.popleft()
+
     def takeover_writes(self) -> list[Write]:
-        """What a replica that just became leader stores from memory: every live run's latest state
-        (idempotent upserts) and the event-driven alerts that hold now (the alert book finds those
-        already stored and opens only what the previous leader missed)."""
-        writes = [Write(LEDGER_JOB if isinstance(run, Job) else LEDGER_PODGROUP, "ADDED", run)
-                  for run in list(self.runs.values())]
+        """What a replica that just became leader stores from memory, in order: the writes it observed
+        lately as a follower (replayed: ledger upserts and the alert book are idempotent, and a once-per-run
+        alert the old leader stored is not opened again), then every live run's latest state and the
+        event-driven alerts that hold now (for anything older than that window)."""
+        writes = [write for _, write in self.unstored]
+        self.unstored.clear()
+        writes += [Write(LEDGER_JOB if isinstance(run, Job) else LEDGER_PODGROUP, "ADDED", run)
+                   for run in list(self.runs.values())]
         if self.active:
             writes.append(Write(SIGNALS, "ADDED", list(self.active.values())))
         return writes
