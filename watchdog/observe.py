@@ -83,6 +83,8 @@ class Observer:
             self.queues.on_pod(event_type, pod)
             signals = self.failures.on_pod(event_type, pod)
             self._note_ooms(event_type, pod)
+            if event_type == DELETED:
+                self.recorder.forget_pod(pod.namespace, pod.name)
         elif what == "podgroups":
             group: PodGroup = obj
             self.index.on_podgroup(event_type, group)

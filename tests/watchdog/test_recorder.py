@@ -92,6 +92,28 @@ def test_first_sample_stands_for_its_window() -> None:
     assert recorder._jobs["u2"][0] == pytest.approx(60)  # NaN window: nothing; later ones: the intervals
 
 
+def test_polled_faster_than_the_source_publishes_counts_each_report_over_its_window() -> None:
+    """metrics-server publishes every 60 s (its resolution, the reports' `window`); the watchdog polls
+    every 10 s: five polls in six repeat a report (dropped), and each new one stands for the whole 60 s,
+    not for twice the poll interval (which undercounted three times)."""
+    recorder = UsageRecorder(FakeBook(), expected_interval_seconds=10)
+    pods = lookup({("team-a", "p"): info()})
+    polls = [UsageSample(T0 + (t // 60) * 60, "team-a", "p", "main", 1.0, GIB, window=60.0) for t in range(0, 610, 10)]
+    recorder.ingest(polls, pods)
+    assert recorder.duplicates == 50
+    assert recorder._jobs["uid-1"][0] == pytest.approx(600 + 20)  # ten 60-s reports, the first one capped at 20 s
+
+
+def test_a_deleted_pods_state_is_forgotten() -> None:
+    recorder = UsageRecorder(FakeBook(), expected_interval_seconds=30)
+    pods = lookup({("team-a", "p"): info(), ("team-a", "q"): info()})
+    for pod in ("p", "q"):
+        recorder.ingest([UsageSample(T0, "team-a", pod, c, 1.0, GIB) for c in ("a", "b")], pods)
+    recorder.forget_pod("team-a", "p")
+    assert set(recorder._containers) == {("team-a", "q", "a"), ("team-a", "q", "b")}
+    assert set(recorder._pods) == {("team-a", "q")}
+
+
 def test_multi_container_pod_counts_its_request_once(engine: Engine) -> None:
     recorder = UsageRecorder(FakeBook(), expected_interval_seconds=30)
     pods = lookup({("team-a", "p"): info(cpu=4.0)})

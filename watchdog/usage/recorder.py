@@ -10,12 +10,14 @@ with samples.
 Why integrals per pod between consecutive samples: a sample says "this much right now" (for CPU: the
 rate over the window just before it), so `value * (ts - previous ts)` is the usage of that interval.
 The interval is capped at `2 * expected_interval_seconds` so a gap in collection (watchdog down,
-source down) is not counted as a long stretch at the last value. Requested resource-seconds use the
-same intervals (per pod, not per container), so used/requested ratios compare like with like. A
-pod's first sample stands for its source's averaging `window` before it (capped; 0 if unknown). A
-sample at or before the last one already seen for its container (metrics-server repeating its last
-scrape) is a duplicate and is dropped. The expected interval is in sample time: against a simulator
-running at N x speed it is the poll interval times N.
+source down) is not counted as a long stretch at the last value — unless the sample says it averages
+a longer `window` (metrics-server's resolution: polled faster than it publishes, each new report
+covers the whole span since the previous one; capping it at twice the poll interval undercounted).
+Requested resource-seconds use the same intervals (per pod, not per container), so used/requested
+ratios compare like with like. A pod's first sample stands for its source's averaging `window` before
+it (capped; 0 if unknown). A sample at or before the last one already seen for its container
+(metrics-server repeating its last scrape) is a duplicate and is dropped. The expected interval is in
+sample time: against a simulator running at N x speed it is the poll interval times N.
 
 Why the session hooks: the caller owns the transaction. What `flush()` wrote is forgotten only when
 that transaction commits; if it rolls back (database down), the deltas go back into memory and the
@@ -196,6 +198,7 @@ class UsageRecorder:
         # matches: flush() and restore replace or remove deltas, and bump it.
         self._containers: dict[tuple[str, str, str], list[Any]] = {}
         self._pods: dict[tuple[str, str], list[Any]] = {}
+        self._pod_containers: dict[tuple[str, str], list[str]] = {}  # the containers of each pod, to forget
         self._serial = 0
         self._rollup_gen = 0
         self._job_gen = 0
@@ -258,14 +261,16 @@ class UsageRecorder:
                     if pstate is None:
                         pstate = pod_states[ckey[:2]] = [0.0, info, serial, None, -1, ""]
                     state = containers[ckey] = [0.0, 0.0, 0.0, 0.0, -1, None, -1, pstate]
+                    self._pod_containers.setdefault(ckey[:2], []).append(ckey[2])
                 elif ts <= state[0]:
                     self.duplicates += 1
                     continue
                 state[0] = ts
                 uid = info.job_uid
                 acc: Any = None  # the job's delta list (typed loosely: this loop is the hot path)
+                window = s.window  # what the sample averages (NaN or negative: unknown)
+                span = window if window > cap else cap  # longest interval this sample can stand for
                 if uid:
-                    window = s.window  # what a first sample stands for (NaN or negative: nothing)
                     first = window if 0.0 <= window <= cap else (cap if window > cap else 0.0)
                     if pstate[4] == job_gen and pstate[5] == uid:
                         acc = pstate[3]
@@ -277,7 +282,7 @@ class UsageRecorder:
                     last = pstate[0]
                     if ts > last:
                         pstate[0] = ts
-                        dt = first if last == 0.0 else min(ts - last, cap)
+                        dt = first if last == 0.0 else min(ts - last, span)
                         acc[1] += info.cpu_request_cores * dt
                         acc[3] += info.memory_request_bytes * dt
                         acc[5] += info.gpus * dt
@@ -302,14 +307,14 @@ class UsageRecorder:
                     if cpu > r[2]:
                         r[2] = cpu
                     if acc is not None:
-                        acc[0] += cpu * (min(ts - state[1], cap) if state[1] > 0 else first)
+                        acc[0] += cpu * (min(ts - state[1], span) if state[1] > 0 else first)
                     state[1] = ts
                 if memory is not None:
                     r[3] += memory
                     if memory > r[4]:
                         r[4] = memory
                     if acc is not None:
-                        acc[2] += memory * (min(ts - state[2], cap) if state[2] > 0 else first)
+                        acc[2] += memory * (min(ts - state[2], span) if state[2] > 0 else first)
                     state[2] = ts
                 if gpu is not None:
                     r[5] += 1
@@ -317,7 +322,7 @@ class UsageRecorder:
                     if gpu > r[7]:
                         r[7] = gpu
                     if acc is not None:
-                        dt = min(ts - state[3], cap) if state[3] > 0 else first
+                        dt = min(ts - state[3], span) if state[3] > 0 else first
                         acc[4] += gpu / 100.0 * (s.gpus or info.gpus) * dt
                     state[3] = ts
                 if cpu is not None and memory is not None and info.workload:
@@ -469,6 +474,14 @@ class UsageRecorder:
             for uid, delta in batch.jobs.items():
                 _merge_job(self._jobs, uid, delta)
 
+    def forget_pod(self, namespace: str, pod: str) -> None:
+        """The pod is gone: drop its integration state now rather than at the next prune (an hour later),
+        so memory follows the live pods (300k pods a day would otherwise hold ~12k dead ones)."""
+        with self._lock:
+            self._pods.pop((namespace, pod), None)
+            for container in self._pod_containers.pop((namespace, pod), ()):
+                self._containers.pop((namespace, pod, container), None)
+
     def _prune(self, now_ts: float) -> None:
         """Forget per-container/pod integration state of pods not seen for a while (gone pods)."""
         horizon = max(3600.0, 10 * self.max_interval)
@@ -478,3 +491,4 @@ class UsageRecorder:
         with self._lock:
             self._containers = {k: v for k, v in self._containers.items() if now_ts - v[0] < horizon}
             self._pods = {k: v for k, v in self._pods.items() if now_ts - v[0] < horizon}
+            self._pod_containers = {k: v for k, v in self._pod_containers.items() if k in self._pods}
