@@ -81,9 +81,12 @@ class GangDetector:
         self.skipped = 0
 
     def on_job(self, event_type: str, job: Job) -> None:
-        """Only to know which groups are orphans of a deleted Job (bounded memory)."""
+        """Only to know which groups are orphans of a deleted Job: remembered while its group (named
+        `<job>-<uid>`) lives — the garbage collector deletes it ~15 s later — and bounded anyway."""
         key = (job.namespace, job.name)
         if event_type == "DELETED":
+            if (job.namespace, f"{job.name}-{job.uid}") not in self._groups:
+                return  # no group left to skip
             self._deleted_jobs[key] = None
             self._deleted_jobs.move_to_end(key)
             while len(self._deleted_jobs) > MAX_DELETED_JOBS:
@@ -100,6 +103,8 @@ class GangDetector:
             self._groups.pop(key, None)
             self._blocked_at.pop(key, None)
             self.notes.forget(group.namespace, group.name)
+            if group.owner_kind == "Job":
+                self._deleted_jobs.pop((group.namespace, group.owner_name), None)
         else:
             self._groups[key] = group
 
