@@ -72,15 +72,19 @@ def token_server(tmp_path: Path) -> Iterator[TokenServer]:
     server.shutdown()
 
 
-def test_rotated_token_is_read_again_on_401(token_server: TokenServer, tmp_path: Path) -> None:
-    kubeconfig = tmp_path / "kubeconfig"
-    kubeconfig.write_text(yaml.safe_dump({
+def kubeconfig(tmp_path: Path, server: TokenServer, user: dict[str, str]) -> str:
+    path = tmp_path / "kubeconfig"
+    path.write_text(yaml.safe_dump({
         "apiVersion": "v1", "kind": "Config", "current-context": "c",
-        "clusters": [{"name": "c", "cluster": {"server": f"http://127.0.0.1:{token_server.server_address[1]}"}}],
-        "users": [{"name": "u", "user": {"tokenFile": str(token_server.token_file)}}],
+        "clusters": [{"name": "c", "cluster": {"server": f"http://127.0.0.1:{server.server_address[1]}"}}],
+        "users": [{"name": "u", "user": user}],
         "contexts": [{"name": "c", "context": {"cluster": "c", "user": "u"}}],
     }))
-    api = api_client(str(kubeconfig))
+    return str(path)
+
+
+def test_rotated_token_is_read_again_on_401(token_server: TokenServer, tmp_path: Path) -> None:
+    api = api_client(kubeconfig(tmp_path, token_server, {"tokenFile": str(token_server.token_file)}))
     informer: Informer[Any] = Informer(api, PODS, backoff=Backoff(0.05, 0.2), forbidden_retry_seconds=60)
     informer.start()
     try:
@@ -98,14 +102,7 @@ def test_rotated_token_is_read_again_on_401(token_server: TokenServer, tmp_path:
 
 def test_a_token_the_server_keeps_refusing_is_not_reloaded_in_a_loop(token_server: TokenServer,
                                                                      tmp_path: Path) -> None:
-    kubeconfig = tmp_path / "kubeconfig"
-    kubeconfig.write_text(yaml.safe_dump({
-        "apiVersion": "v1", "kind": "Config", "current-context": "c",
-        "clusters": [{"name": "c", "cluster": {"server": f"http://127.0.0.1:{token_server.server_address[1]}"}}],
-        "users": [{"name": "u", "user": {"token": "wrong"}}],
-        "contexts": [{"name": "c", "context": {"cluster": "c", "user": "u"}}],
-    }))
-    api = api_client(str(kubeconfig))
+    api = api_client(kubeconfig(tmp_path, token_server, {"token": "wrong"}))
     informer: Informer[Any] = Informer(api, PODS, backoff=Backoff(0.05, 0.2), forbidden_retry_seconds=60)
     informer.start()
     try:
