@@ -28,7 +28,7 @@ from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from kubernetes import client
-from sqlalchemy import Engine, select
+from sqlalchemy import Engine, delete, select
 from sqlalchemy.exc import InterfaceError, OperationalError, SQLAlchemyError
 from sqlalchemy.orm import Session
 
@@ -49,13 +49,14 @@ from watchdog.detectors.queue import QueueDetector
 from watchdog.detectors.waste import WasteDetector
 from watchdog.events import SchedulerNotes, about_podgroup
 from watchdog.leader import AlwaysLeader
-from watchdog.ledger import Ledger, enforce_retention
+from watchdog.ledger import Ledger, deleted_rows
 from watchdog.notify.describe import alert_item
 from watchdog.notify.message import AlertItem, rfc3339
 from watchdog.notify.outbox import NOTICE_LABEL, Outbox, forget_delivered
 from watchdog.notify.sender import Leader, Notifier
 from watchdog.observe import LEDGER_JOB, LEDGER_PODGROUP, SIGNALS, Observer, Write
 from watchdog.recommend import HistogramBook, Recommendation
+from watchdog.retention import run_retention
 from watchdog.usage.metrics_api import MetricsApiCollector
 from watchdog.usage.prometheus import PrometheusCollector
 from watchdog.usage.recorder import UsageRecorder
@@ -204,6 +205,7 @@ class Watchdog:
     def start(self) -> Watchdog:
         migrate(self.engine)
         self._spawn("watchdog-worker", self._worker)
+        self._spawn("watchdog-retention", self._retention)
         self.notifier.start()
         for name, interval, source in self._sources:
             self._spawn(f"collector-{name}", functools.partial(self._collector, name, interval, source))
@@ -438,13 +440,34 @@ class Watchdog:
             self.histograms.flush(session, now)
         elif task == "requests":
             self._carry_out_requests(session, now)
-        elif task == "retention":
-            removed = enforce_retention(session, self.settings.retention, now)
-            removed["notifications"] = forget_delivered(session, now, self.settings.notifications.retention_days)
+        elif task == "retention":  # what the writer holds in memory; the big tables: see _retention
+            removed = {"notifications": forget_delivered(session, now, self.settings.notifications.retention_days)}
+            removed["alert_requests"] = deleted_rows(session, delete(AlertRequest).where(
+                AlertRequest.done_at < now - timedelta(days=1)))
             removed["workload_histograms"] = self.histograms.forget_idle(
                 session, now - timedelta(days=self.settings.retention.histograms_days))
             if any(removed.values()):
                 log.info("retention removed %s", removed)
+
+    def _retention(self) -> None:
+        """Retention of the big time-ordered tables (rollups, hourly rollups, ledger, resolved alerts),
+        downsampling included, in short transactions of its own on this thread — never inside the
+        writer's batch, so the writer waits for one chunk at most. Leader only, like every write."""
+        interval = self.settings.retention.check_interval_seconds
+        while not self._stop.is_set():
+            if not self.leader.is_leader():
+                self._stop.wait(min(interval, 5.0))
+                continue
+            try:
+                removed = run_retention(self.engine, self.settings, datetime.fromtimestamp(self.clock(), UTC),
+                                        self._stop)
+                if any(removed.values()):
+                    log.info("retention: %s", removed)
+                delay = interval
+            except SQLAlchemyError as exc:
+                log.error("retention pass failed (%s); trying again in 5 minutes", describe_error(exc))
+                delay = min(interval, 300.0)
+            self._stop.wait(delay)
 
     def _carry_out_requests(self, session: Session, now: datetime) -> None:
         """Requests stored by the API (on any replica), oldest first, through the alert book: the one

@@ -192,7 +192,8 @@ class Ledger:
         return len(gone)
 
 
-def _deleted(session: Session, statement: Any) -> int:
+def deleted_rows(session: Session, statement: Any) -> int:
+    """Run a DELETE and say how many rows it removed."""
     result = cast(CursorResult[Any], session.execute(statement))
     return max(result.rowcount, 0)
 
@@ -221,7 +222,7 @@ def enforce_retention(session: Session, settings: Retention, now: datetime) -> d
     """Delete everything `expired` in the caller's transaction, one statement per table. Fine for
     small databases and tests; at scale (millions of rollups a day) use `watchdog.retention.run_retention`
     on a thread of its own, which removes the same rows in short chunks (and downsamples)."""
-    counts = {name: _deleted(session, delete(table).where(where))
+    counts = {name: deleted_rows(session, delete(table).where(where))
               for name, (table, where) in expired(settings, now).items()}
     if any(counts.values()):
         log.info("retention removed %s", ", ".join(f"{n} {table}" for table, n in counts.items()))
