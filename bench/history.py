@@ -136,7 +136,7 @@ class _Writer:
         for bucket in range(start, end, BUCKET):
             self.recorder.ingest(self.samples(bucket + BUCKET / 2), self.lookup)
         with Session(self.engine) as session:
-            self.recorder.flush(session, datetime.fromtimestamp(end + 1, UTC))
+            self.recorder.flush(session, datetime.fromtimestamp(end + 1, UTC), final=True)
             session.commit()
 
     def batch(self, ts: float, poll: bool, detect: bool) -> None:

@@ -285,3 +285,20 @@ def test_columns_mixing_int_and_float_values_are_written(engine: Engine) -> None
         session.commit()
     assert run_row(engine, "uid-1").cpu_core_seconds_used == pytest.approx(30, rel=0.01)
     assert run_row(engine, "uid-2").gpu_seconds_requested == pytest.approx(90, rel=0.01)
+
+
+def test_a_bucket_closing_for_many_containers_is_written_over_several_flushes(engine: Engine) -> None:
+    """The writer's transactions stay short: at most `max_rollups_per_flush` rollup rows each; nothing
+    is lost, the rest goes with the next flushes (a shutdown's final flush takes everything)."""
+    recorder = UsageRecorder(FakeBook(), expected_interval_seconds=30, max_rollups_per_flush=40)
+    pods = lookup({("team-a", f"p{i}"): info() for i in range(100)})
+    recorder.ingest([UsageSample(T0 + 10, "team-a", f"p{i}", "main", 1.0, GIB) for i in range(100)], pods)
+    written = []
+    with Session(engine) as session:
+        add_run(session)
+        for _ in range(3):
+            written.append(recorder.flush(session, at(T0 + 400)))
+        session.commit()
+    assert written == [40 + 1, 40 + 0, 20 + 0]  # rollups (+ the job row, written with the first)
+    with Session(engine) as session:
+        assert session.scalar(select(func.count()).select_from(UsageRollup)) == 100

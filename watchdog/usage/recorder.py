@@ -174,6 +174,7 @@ def _statements(dialect: Dialect) -> _Statements:
 class UsageRecorder:
     def __init__(self, histograms: HistogramSink, bucket_seconds: int = 300, *,
                  expected_interval_seconds: float = 30.0, pending_job_seconds: float = 3600.0,
+                 max_rollups_per_flush: int = 5000,
                  current_bucket_write_seconds: float | None = None) -> None:
         if bucket_seconds <= 0:
             raise ValueError("bucket_seconds must be positive")
@@ -188,6 +189,7 @@ class UsageRecorder:
             float(bucket_seconds) if current_bucket_write_seconds is None else current_bucket_write_seconds)
         self._current_written_at = float("-inf")
         self.max_interval = 2.0 * expected_interval_seconds
+        self.max_rollups_per_flush = max_rollups_per_flush
         self.pending_job_seconds = pending_job_seconds  # a job delta whose ledger row never appears is dropped
         self._lock = threading.Lock()
         self._rollups: dict[RollupKey, Rollup] = {}
@@ -341,13 +343,18 @@ class UsageRecorder:
         now_ts = now.timestamp()
         with self._lock:
             if final or now_ts - self._current_written_at >= self.current_bucket_write_seconds:
-                rollups, self._rollups = self._rollups, {}
-                self._current_written_at = now_ts
+                due = list(self._rollups)
             else:
                 closed_before = now_ts - self.bucket_seconds  # a bucket starting at or before this is finished
-                rollups = {key: r for key, r in self._rollups.items() if key[0] <= closed_before}
-                for key in rollups:
-                    del self._rollups[key]
+                due = [key for key in self._rollups if key[0] <= closed_before]
+            if not final and len(due) > self.max_rollups_per_flush:
+                # Every container's bucket closes at once: 20k rows in one transaction kept the writer
+                # (events, alerts) waiting a second. The rest goes with the next flushes.
+                due.sort()
+                due = due[:self.max_rollups_per_flush]
+            elif final or now_ts - self._current_written_at >= self.current_bucket_write_seconds:
+                self._current_written_at = now_ts
+            rollups = {key: self._rollups.pop(key) for key in due}
             batch = _Batch(rollups, self._jobs)
             self._jobs = {}
             self._rollup_gen += 1
