@@ -274,12 +274,13 @@ class AlertBook:
         if entry.state == PENDING and not keep_pending:  # never fired: nobody heard of it
             session.execute(delete(Alert).where(Alert.id == entry.id), execution_options={"synchronize_session": False})
             return
-        session.execute(update(Alert).where(Alert.id == entry.id)
-                        .values(state=RESOLVED, resolved_at=now, last_seen_at=now, updated_at=now),
-                        execution_options={"synchronize_session": False})
-        transitions.append(Transition(fp, entry.kind, entry.state, RESOLVED, entry.id))
+        result = session.execute(update(Alert).where(Alert.id == entry.id, Alert.state != RESOLVED)
+                                 .values(state=RESOLVED, resolved_at=now, last_seen_at=now, updated_at=now),
+                                 execution_options={"synchronize_session": False})
         if entry.kind in ONCE_PER_RUN_KINDS:
             self._remember(fp)
+        if getattr(result, "rowcount", 1) != 0:  # 0: resolved meanwhile by an old leader's last transaction
+            transitions.append(Transition(fp, entry.kind, entry.state, RESOLVED, entry.id))
 
     def _remember(self, fp: str) -> None:
         self._known[fp] = None

@@ -300,7 +300,14 @@ class Watchdog:
                 periodic.append("requests")
                 next_requests = now + self.intervals.requests
             if batch or periodic:
-                self._apply_with_retry(batch, periodic)
+                try:
+                    self._apply_with_retry(batch, periodic)
+                except Exception:  # a bug must not stop the only writer: count it, and trust memory less
+                    self.stats.skipped += 1
+                    self._book_stale = True
+                    log.exception("watchdog worker: a batch of %d events failed", len(batch))
+                if "flush" in periodic and self.recorder.backlog:
+                    next_flush = now + 1.0  # rollups left for the next flush: soon, not in a full interval
             for _ in batch:
                 self._work.task_done()
 
@@ -338,6 +345,9 @@ class Watchdog:
         if self._store_retrying(writes, periodic):
             return
         log.error("database write failed (%s); storing the batch item by item", self.stats.last_db_error)
+        if self._take_over_pending:  # each of the takeover's writes on its own too: one bad row must not block all
+            writes = self.observer.takeover_writes() + writes
+            self._took_over()
         items: list[tuple[list[Write], list[str]]] = [([write], []) for write in writes]
         items += [([], [task]) for task in periodic]
         for one, tasks in items:
@@ -361,7 +371,7 @@ class Watchdog:
                 self._enqueued = False
                 self._transaction((self.observer.takeover_writes() if takeover else []) + writes, periodic)
                 if takeover:
-                    self._take_over_pending = self._reconciled = False  # reconcile next, as after a restart
+                    self._took_over()
                 self.stats.batches += 1
                 if self._enqueued:
                     self.notifier.wake()
@@ -378,6 +388,12 @@ class Watchdog:
                 return False
         return True
 
+    def _took_over(self) -> None:
+        """The takeover's writes are stored (or handed to the item-by-item path): reconcile next, as
+        after a restart."""
+        self._take_over_pending = self._reconciled = False
+        self.observer.unstored.clear()
+
     def _check_leadership(self) -> bool:
         """True when this replica leads and has loaded what the previous leader stored (it raises a
         database error when that load fails: the caller waits and tries again)."""
@@ -386,6 +402,7 @@ class Watchdog:
             with Session(self.engine) as session:
                 self.alerts.load(session)
                 self.histograms.reload(session)
+            self.recorder.reset_integration()  # the interval since its last sample was the other leader's
             self._leading = self._take_over_pending = True
             self.stats.takeovers += 1
             log.info("leading: writing usage, the ledger and alerts (takeover %d)", self.stats.takeovers)
@@ -466,6 +483,9 @@ class Watchdog:
                 delay = interval
             except SQLAlchemyError as exc:
                 log.error("retention pass failed (%s); trying again in 5 minutes", describe_error(exc))
+                delay = min(interval, 300.0)
+            except Exception:  # a bug must not end retention for the life of the process
+                log.exception("retention pass failed; trying again in 5 minutes")
                 delay = min(interval, 300.0)
             self._stop.wait(delay)
 

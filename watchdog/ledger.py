@@ -214,7 +214,8 @@ def expired(settings: Retention, now: datetime) -> dict[str, tuple[Table, Column
             and_(JobRun.finished_at.is_(None), JobRun.object_deleted.is_(True),
                  func.coalesce(JobRun.deleted_at, JobRun.updated_at) < jobs_cutoff),
         )),
-        "alerts": (ALERTS, and_(Alert.state == "resolved", Alert.resolved_at < alerts_cutoff)),
+        # a held alert (resolved by hand, cause still there) is kept: it is what stops a new episode
+        "alerts": (ALERTS, and_(Alert.state == "resolved", Alert.resolved_at < alerts_cutoff, Alert.held.is_(False))),
     }
 
 

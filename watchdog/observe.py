@@ -122,8 +122,7 @@ class Observer:
         lately as a follower (replayed: ledger upserts and the alert book are idempotent, and a once-per-run
         alert the old leader stored is not opened again), then every live run's latest state and the
         event-driven alerts that hold now (for anything older than that window)."""
-        writes = [write for _, write in self.unstored]
-        self.unstored.clear()
+        writes = [write for _, write in self.unstored]  # cleared by the caller once they are stored
         writes += [Write(LEDGER_JOB if isinstance(run, Job) else LEDGER_PODGROUP, "ADDED", run)
                    for run in list(self.runs.values())]
         if self.active:

@@ -216,6 +216,7 @@ class Informer(Generic[T]):
                           self.forbidden_retry_seconds)
             self.state = FORBIDDEN
             self._stop.wait(self.forbidden_retry_seconds)
+            self._reloaded = False  # a 401 after the wait may be a token replaced meanwhile: read again
         elif exc.code == 404:
             if self._reported != NOT_FOUND:
                 self._reported = NOT_FOUND

@@ -190,6 +190,7 @@ class UsageRecorder:
         self._current_written_at = float("-inf")
         self.max_interval = 2.0 * expected_interval_seconds
         self.max_rollups_per_flush = max_rollups_per_flush
+        self.backlog = 0  # rollup rows due that the last flush left for the next one
         self.pending_job_seconds = pending_job_seconds  # a job delta whose ledger row never appears is dropped
         self._lock = threading.Lock()
         self._rollups: dict[RollupKey, Rollup] = {}
@@ -344,16 +345,18 @@ class UsageRecorder:
         with self._lock:
             if final or now_ts - self._current_written_at >= self.current_bucket_write_seconds:
                 due = list(self._rollups)
+                self._current_written_at = now_ts
             else:
                 closed_before = now_ts - self.bucket_seconds  # a bucket starting at or before this is finished
                 due = [key for key in self._rollups if key[0] <= closed_before]
+            self.backlog = 0
             if not final and len(due) > self.max_rollups_per_flush:
                 # Every container's bucket closes at once: 20k rows in one transaction kept the writer
-                # (events, alerts) waiting a second. The rest goes with the next flushes.
+                # (events, alerts) waiting a second. Oldest buckets first; the rest goes with the next
+                # flushes, which the worker then runs without waiting a full interval (`backlog`).
                 due.sort()
+                self.backlog = len(due) - self.max_rollups_per_flush
                 due = due[:self.max_rollups_per_flush]
-            elif final or now_ts - self._current_written_at >= self.current_bucket_write_seconds:
-                self._current_written_at = now_ts
             rollups = {key: self._rollups.pop(key) for key in due}
             batch = _Batch(rollups, self._jobs)
             self._jobs = {}
@@ -480,6 +483,12 @@ class UsageRecorder:
                 _merge_rollup(self._rollups, key, r)
             for uid, delta in batch.jobs.items():
                 _merge_job(self._jobs, uid, delta)
+
+    def reset_integration(self) -> None:
+        """Forget when each pod was last sampled (not what is waiting to be flushed): a replica that leads
+        again must not count the time another leader already counted since its own last sample."""
+        with self._lock:
+            self._containers, self._pods, self._pod_containers = {}, {}, {}
 
     def forget_pod(self, namespace: str, pod: str) -> None:
         """The pod is gone: drop its integration state now rather than at the next prune (an hour later),
