@@ -74,7 +74,8 @@ def _resources() -> list[Panel]:
 
 def _work() -> list[Panel]:
     return [
-        timeseries_panel("PodGroups by phase", "The queue's PodGroups by phase, counted by the exporter from the PodGroups.",
+        timeseries_panel("PodGroups by phase",
+                         "The queue's PodGroups by phase, counted by the exporter from the PodGroups.",
                          [Query(f"max by (phase) (volcano_queue_status_podgroups{{{Q}}})", "{{phase}}")],
                          width=8, stacked=True),
         timeseries_panel("Jobs by phase", "Volcano Jobs in the queue by phase.",
