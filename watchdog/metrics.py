@@ -55,9 +55,11 @@ REC_MEMORY = Family("volcano_watchdog_recommendation_memory_bytes",
                     "Recommended memory request in bytes (bound: target, lower, upper).", (*WORKLOAD, "bound"))
 REC_CONFIDENCE = Family("volcano_watchdog_recommendation_confidence",
                         "Confidence of the recommendation, 0..1, growing with the length of the history.", WORKLOAD)
+EFFICIENCY_MAX_JOBS = 5000  # series of volcano_watchdog_job_efficiency_ratio, by job name (the help says so)
 JOB_EFFICIENCY = Family("volcano_watchdog_job_efficiency_ratio",
                         "Used / requested resource-seconds of job runs finished in the last 24 h (the latest run "
-                        "per job name; absent when nothing of the resource was requested).",
+                        "per job name, for the 5,000 names that finished last; absent when nothing of the resource "
+                        "was requested).",
                         ("namespace", "job_name", "queue", "resource"))
 WASTED_CORE = Family("volcano_watchdog_queue_wasted_core_seconds",
                      "Requested minus used CPU core-seconds of the queue's runs finished in the last 24 h "
@@ -119,19 +121,26 @@ def _alerts(session: Session) -> str:
 
 
 def _efficiency(session: Session, now: datetime) -> str:
-    """One series per namespace/job name: when a name ran twice in the window, the later run speaks."""
+    """One series per namespace/job name, the latest run speaking, for the `EFFICIENCY_MAX_JOBS` names that
+    finished last: at 300k pods a day the 24 h window holds ~40k names, and a scrape (and the memory it
+    takes to build) must not grow with that."""
     r = JobRun
     rows = session.execute(
         select(r.namespace, r.name, r.queue, r.cpu_core_seconds_used, r.cpu_core_seconds_requested,
                r.memory_byte_seconds_used, r.memory_byte_seconds_requested, r.gpu_seconds_used,
                r.gpu_seconds_requested)
-        .where(ended_at() >= now - EFFICIENCY_WINDOW, ended_at() <= now).order_by(ended_at(), r.id))
+        .where(ended_at() >= now - EFFICIENCY_WINDOW, ended_at() <= now).order_by(ended_at().desc(), r.id.desc())
+        .execution_options(yield_per=1000))
     latest: dict[tuple[str, str], str] = {}
     for namespace, name, queue, cpu, cpu_req, mem, mem_req, gpu, gpu_req in rows:
-        lines = [JOB_EFFICIENCY.line((namespace, name, queue, resource), used / requested)
-                 for resource, used, requested in (("cpu", cpu, cpu_req), ("memory", mem, mem_req),
-                                                   ("gpu", gpu, gpu_req)) if requested > 0]
-        latest[(namespace, name)] = "".join(lines)
+        if (namespace, name) in latest:
+            continue  # an earlier run of a name already reported
+        latest[(namespace, name)] = "".join(
+            JOB_EFFICIENCY.line((namespace, name, queue, resource), used / requested)
+            for resource, used, requested in (("cpu", cpu, cpu_req), ("memory", mem, mem_req),
+                                              ("gpu", gpu, gpu_req)) if requested > 0)
+        if len(latest) >= EFFICIENCY_MAX_JOBS:
+            break
     return _section(JOB_EFFICIENCY, [latest[key] for key in sorted(latest)])
 
 

@@ -16,7 +16,7 @@ from sqlalchemy import Engine
 from sqlalchemy.orm import Session
 
 from tests.watchdog.test_api import NOW, insert, make_alert, make_run, rec
-from watchdog import recommend
+from watchdog import metrics, recommend
 from watchdog.api import CollectorHealth, Health, create_app
 from watchdog.config import Settings
 from watchdog.db.engine import make_engine
@@ -179,3 +179,15 @@ def test_database_down_still_serves_health(tmp_path: Path) -> None:
     assert pick(series, "volcano_watchdog_collector_up")[labels(collector="metrics_api")] == 1
     assert "volcano_watchdog_alerts" not in text
     broken.dispose()
+
+
+def test_job_efficiency_is_capped_to_the_names_that_finished_last(engine: Engine,
+                                                                   monkeypatch: pytest.MonkeyPatch) -> None:
+    """At 300k pods a day the 24 h window holds ~40k job names: the family keeps the latest ones only."""
+    monkeypatch.setattr(metrics, "EFFICIENCY_MAX_JOBS", 3)
+    insert(engine, *[make_run(f"r{i}", f"job-{i}", cpu=(i, 100), finished=timedelta(minutes=10 * i + 1))
+                     for i in range(10)],
+           make_run("again", "job-9", cpu=(50, 100), finished=timedelta(minutes=1)))  # job-9's later run
+    series = pick(parse(render(engine)), "volcano_watchdog_job_efficiency_ratio")
+    assert {dict(key)["job_name"]: value for key, value in series.items()} == {
+        "job-9": 0.5, "job-0": 0.0, "job-1": 0.01}
