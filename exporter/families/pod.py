@@ -47,4 +47,5 @@ def render(pod: Pod, who: Attribution) -> tuple[str, ...]:
 
 def exported(pod: Pod) -> tuple[object, ...]:
     """What `render` and the queue sums read from a pod (its key aside): equal means nothing to redo."""
-    return (pod.uid, pod.job_name, pod.task, pod.queue, pod.podgroup, pod.node_name, pod.phase, pod.requests)
+    return (pod.uid, pod.job_name, pod.task, pod.queue, pod.podgroup, pod.node_name, pod.phase, pod.requests,
+            pod.labels, pod.containers)
