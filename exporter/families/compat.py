@@ -70,24 +70,35 @@ def parse_containers(raw: object, probs: list[str]) -> Containers:
     containers: list[Container] = []
     for i, c in enumerate(_items(spec, "containers", "spec.", probs)):
         path = f"spec.containers[{i}]."
-        name = c.get("name")
+        name = _name(c, path, probs)
         res = c.get("resources")
         if type(res) is not dict:
             if res is not None:
                 probs.append(bad_type(path + "resources", "object", res))
             res = {}
         containers.append(Container(
-            intern(name) if type(name) is str else "",
+            name,
             res_from(read_resource_list(res, "requests", path + "resources.", probs)),
             res_from(read_resource_list(res, "limits", path + "resources.", probs))))
     running = []
-    for cs in _items(status, "containerStatuses", "status.", probs):
-        name, state = cs.get("name"), cs.get("state")
-        running.append((intern(name) if type(name) is str else "",
-                        type(state) is dict and type(state.get("running")) is dict))
+    for i, cs in enumerate(_items(status, "containerStatuses", "status.", probs)):
+        path = f"status.containerStatuses[{i}]."
+        name, state = _name(cs, path, probs), cs.get("state")
+        if state is not None and type(state) is not dict:
+            probs.append(bad_type(path + "state", "object", state))
+        running.append((name, type(state) is dict and type(state.get("running")) is dict))
     if not containers and not running:
         return NO_CONTAINERS
     return Containers(tuple(containers), tuple(running))
+
+
+def _name(item: Mapping[str, Any], path: str, probs: list[str]) -> str:
+    name = item.get("name")
+    if type(name) is str:
+        return intern(name)
+    if name is not None:
+        probs.append(bad_type(path + "name", "string", name))
+    return ""
 
 
 def _items(parent: object, key: str, path: str, probs: list[str]) -> list[Mapping[str, Any]]:
