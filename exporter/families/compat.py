@@ -16,8 +16,10 @@ series, so those panels have data. Every dashboard query filters on `resource`, 
 
 from __future__ import annotations
 
+import re
 from collections.abc import Mapping
 from dataclasses import dataclass
+from functools import lru_cache
 from typing import Any
 
 from exporter._read import bad_type, intern
@@ -39,6 +41,7 @@ RUNNING = Family("kube_pod_volcano_container_status_running",
 FAMILIES = (REQUESTS, LIMITS, RUNNING)
 
 _BYTES = frozenset({"memory", "storage", "ephemeral-storage"})
+_INVALID = re.compile(r"[^a-zA-Z0-9_]")
 
 
 @dataclass(frozen=True, slots=True)
@@ -120,7 +123,7 @@ def _items(parent: object, key: str, path: str, probs: list[str]) -> list[Mappin
 
 def fork_resource(name: str) -> tuple[str, str] | None:
     """`(resource, unit)` as the fork wrote them, or None for what it skipped (e.g. `pods`)."""
-    label = "".join(ch if ch.isascii() and (ch.isalnum() or ch == "_") else "_" for ch in name)
+    label = _INVALID.sub("_", name)
     if name == "cpu":
         return label, "core"
     if name in _BYTES or name.startswith(("hugepages-", "attachable-volumes-")):
@@ -130,7 +133,10 @@ def fork_resource(name: str) -> tuple[str, str] | None:
     return None
 
 
-def _resource_lines(family: Family, lead: str, resources: Resources) -> str:
+@lru_cache(maxsize=4096)
+def _suffixes(resources: Resources) -> tuple[str, ...]:
+    """`resource="cpu",unit="core"} 4\n` per resource the fork exported, plus the `gpu` sum; equal
+    resource tuples are shared between pods (the model interns them), so this is cached."""
     out = []
     gpus = 0.0
     for name, amount in resources:
@@ -138,12 +144,19 @@ def _resource_lines(family: Family, lead: str, resources: Resources) -> str:
         if found is None:
             continue
         label, unit = found
-        out.append(f'{family.name}{{{lead}resource="{label}",unit="{unit}"}} {format_value(amount)}\n')
+        out.append(f'resource="{label}",unit="{unit}"}} {format_value(amount)}\n')
         if name.endswith("/gpu"):
             gpus += amount
     if gpus:
-        out.append(f'{family.name}{{{lead}resource="gpu",unit="integer"}} {format_value(gpus)}\n')
-    return "".join(out)
+        out.append(f'resource="gpu",unit="integer"}} {format_value(gpus)}\n')
+    return tuple(out)
+
+
+def _resource_lines(family: Family, lead: str, resources: Resources) -> str:
+    if not resources:
+        return ""
+    prefix = f"{family.name}{{{lead}"
+    return "".join([prefix + suffix for suffix in _suffixes(resources)])
 
 
 def render(namespace: str, pod: str, node: str, job_name: str, queue: str, containers: Containers) -> tuple[str, ...]:
