@@ -101,6 +101,10 @@ class ExporterStore:
         self.podgroups = Rows(podgroup_families.FAMILIES, served=served)
         self.queues = Rows(queue_families.FAMILIES, served=served)
         self.aggregates = QueueAggregates(served)
+        self._pod_wanted = self.pods.enabled[:len(pod_families.FAMILIES)]
+        self._no_jobs = ("",) * len(job_families.FAMILIES)
+        self._no_groups = ("",) * len(podgroup_families.FAMILIES)
+        self._no_queues = ("",) * len(queue_families.FAMILIES)
         self.caps = ObjectCaps(options.max_objects)
         self.parse_problems: dict[str, int] = defaultdict(int)  # by resource
         self._job_state: dict[str, tuple[str, str]] = {}  # key -> (queue, phase) counted
@@ -131,8 +135,8 @@ class ExporterStore:
             if not self.caps.admit("jobs", key, key in self.jobs, len(self.jobs)):
                 return
             self.parse_problems["jobs"] += len(job.problems)
-            rendered = job_families.render(job)
-            if job.labels:
+            rendered = job_families.render(job) if self.jobs.any else self._no_jobs
+            if job.labels and rendered[0]:
                 rendered = (with_labels(rendered[0], job.labels), *rendered[1:])
             self.jobs.put(key, rendered)
             if job.phase:
@@ -181,7 +185,7 @@ class ExporterStore:
             if not self.caps.admit("podgroups", key, key in self.podgroups, len(self.podgroups)):
                 return
             self.parse_problems["podgroups"] += len(group.problems)
-            self.podgroups.put(key, podgroup_families.render(group))
+            self.podgroups.put(key, podgroup_families.render(group) if self.podgroups.any else self._no_groups)
 
     def on_podgroup_owner(self, event_type: str, group: PodGroup) -> None:
         """Every PodGroup, in every shard: where pods naming only their group belong."""
@@ -213,7 +217,7 @@ class ExporterStore:
             if not self.caps.admit("queues", queue.name, queue.name in self.queues, len(self.queues)):
                 return
             self.parse_problems["queues"] += len(queue.problems)
-            self.queues.put(queue.name, queue_families.render(queue))
+            self.queues.put(queue.name, queue_families.render(queue) if self.queues.any else self._no_queues)
 
     # ---- internals (lock held) -------------------------------------------------------------------------
 
@@ -254,8 +258,8 @@ class ExporterStore:
         self.pods.put(key, self._render_pod(pod, who))
 
     def _render_pod(self, pod: Pod, who: pod_families.Attribution) -> tuple[str, ...]:
-        rendered = pod_families.render(pod, who)
-        if pod.labels:
+        rendered = pod_families.render(pod, who, self._pod_wanted)
+        if pod.labels and rendered[0]:
             rendered = (with_labels(rendered[0], pod.labels), *rendered[1:])
         if self.compat:
             values = (pod.namespace, pod.name, pod.node_name, who.job_name, who.queue)

@@ -75,6 +75,24 @@ def test_denied_families_are_neither_served_nor_kept() -> None:
     assert store.pods.rows[index] == {}
 
 
+class Refuses:
+    """Stands in for a family or a render function that must not be called."""
+
+    def __getattr__(self, name: str) -> Any:
+        raise AssertionError(f"{name} called for a denied family")
+
+    def __call__(self, *args: Any) -> Any:
+        raise AssertionError("rendered a kind whose families are all denied")
+
+
+def test_denied_families_are_not_even_formatted(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(pod_families, "REQUESTS", Refuses())
+    monkeypatch.setattr("exporter.store.job_families.render", Refuses())
+    options = Options(families=family_filter("volcano_pod_info,volcano_pod_status_phase,volcano_queue_jobs", ""))
+    store = filled(options)
+    assert names(store) == {"volcano_pod_info", "volcano_pod_status_phase", "volcano_queue_jobs"}
+
+
 def test_allowlist_is_anchored_and_takes_exact_names_and_regexes() -> None:
     store = filled(Options(families=family_filter("volcano_pod_info,volcano_queue_spec_.*,volcano_job", "")))
     assert names(store) == {"volcano_pod_info", "volcano_queue_spec_weight", "volcano_queue_spec_capability",
