@@ -3,6 +3,7 @@ copied onto the info series, and the per-kind object cap with its self-metric.""
 
 from __future__ import annotations
 
+import gzip
 import logging
 from pathlib import Path
 from typing import Any
@@ -91,6 +92,18 @@ def test_denied_families_are_not_even_formatted(monkeypatch: pytest.MonkeyPatch)
     options = Options(families=family_filter("volcano_pod_info,volcano_pod_status_phase,volcano_queue_jobs", ""))
     store = filled(options)
     assert names(store) == {"volcano_pod_info", "volcano_pod_status_phase", "volcano_queue_jobs"}
+
+
+def test_gzip_scrapes_serve_the_same_families() -> None:
+    """Prometheus asks for gzip: the cached members (exporter/rows.py) obey the lists too."""
+    options = Options(compat_ksm_fork=True, families=family_filter("", "volcano_pod_resource_requests,.*_limits"),
+                      labels=labels_allowlist("pods=[team]"))
+    store = filled(options)
+    store.on_pod("ADDED", pod_transform(options, compat=True)(pod("b", {"team": "x"})))
+    plain = b"".join(store.chunks())
+    assert gzip.decompress(b"".join(store.gzip_chunks())) == plain
+    assert b"volcano_pod_resource_requests" not in plain and b"kube_pod_volcano_container_resource_limits" not in plain
+    assert b'label_team="x"' in plain and b"kube_pod_volcano_container_resource_requests" in plain
 
 
 def test_allowlist_is_anchored_and_takes_exact_names_and_regexes() -> None:
