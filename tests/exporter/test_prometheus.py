@@ -196,7 +196,7 @@ def prometheus_binary() -> str:
                                            else None)
     if found is None:
         pytest.fail("this test needs a Prometheus server binary and none was found (not on PATH, not "
-                    "/usr/bin/prometheus): install it, e.g. `apt-get install prometheus` (.ci/run does)",
+                    "/usr/bin/prometheus): install Debian's prometheus (make test does when run as root)",
                     pytrace=False)
     return found
 
