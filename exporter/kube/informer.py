@@ -102,6 +102,17 @@ class gc_paused:
                 gc.enable()
 
 
+def connection_problem(exc: BaseException) -> str:
+    """What went wrong in words ("[Errno 111] Connection refused", "Read timed out"), without urllib3's
+    wrapping of the pool, the URL and the exception classes."""
+    reason = getattr(exc, "reason", None) or exc
+    text = str(reason)
+    errno_at = text.find("[Errno")
+    if errno_at >= 0:
+        return text[errno_at:].rstrip("\"')")
+    return text.split(": ", 1)[-1] if isinstance(reason, urllib3.exceptions.HTTPError) and ": " in text else text
+
+
 def object_key(meta: Raw) -> str:
     namespace = meta.get("namespace")
     return f"{namespace}/{meta['name']}" if namespace else str(meta["name"])
@@ -215,8 +226,9 @@ class Informer(Generic[T]):
                 if self._stop.is_set():
                     break  # stop() shut the stream down under us: not an error
                 self.request_errors["connection"] += 1
-                self.last_error = f"{type(exc).__name__}: {exc}"
-                self._sleep_backoff(f"cannot reach the API server: {self.last_error}")
+                self.last_error = connection_problem(exc)
+                host = getattr(getattr(self.api, "configuration", None), "host", "")
+                self._sleep_backoff(f"cannot reach the API server {host}: {self.last_error}".replace("  ", " "))
             except orjson.JSONDecodeError as exc:  # a LIST body that is not JSON
                 self.decode_errors += 1
                 self._sleep_backoff(f"undecodable list response: {exc}")

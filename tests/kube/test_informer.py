@@ -299,3 +299,23 @@ def test_namespace_and_cluster_scope(sim: SimulatorThread, api: client.ApiClient
     queues, _ = start(api, informers, kind=QUEUES)
     assert set(only_b.cache) == {"b/p0", "b/p1", "b/p2"}
     assert set(queues.cache) == {"root"}
+
+
+def test_an_unreachable_server_is_named_in_one_short_line(caplog: pytest.LogCaptureFixture) -> None:
+    """No urllib3 retries and no wrapping: "cannot reach the API server URL: [Errno 111] Connection refused"."""
+    import socket
+
+    with socket.socket() as probe:  # a port nobody listens on
+        probe.bind(("127.0.0.1", 0))
+        url = f"http://127.0.0.1:{probe.getsockname()[1]}"
+    settings = client.Configuration(host=url)
+    settings.retries = 0
+    informer: Informer[Any] = Informer(client.ApiClient(settings), PODS, backoff=Backoff(0.05, 0.1))
+    with caplog.at_level(logging.WARNING):
+        informer.start()
+        wait_for(lambda: informer.request_errors["connection"] >= 1)
+        informer.stop()
+    assert "Connection refused" in informer.last_error and "HTTPConnectionPool" not in informer.last_error
+    lines = [r.getMessage() for r in caplog.records if "cannot reach" in r.getMessage()]
+    assert lines and lines[0].startswith(f"pods: cannot reach the API server {url}: [Errno 111]")
+    assert not [r for r in caplog.records if r.name.startswith("urllib3")]
