@@ -56,8 +56,8 @@ class Exporter:
                 self.store.on_podgroup(event_type, group)
 
         add(PODGROUPS, parse_podgroup, on_podgroup, None)
-        if shard == 0:
-            add(QUEUES, parse_queue, self.store.on_queue, None)
+        # Every shard: its waiting jobs are explained against the queue tree (only shard 0 renders queues).
+        add(QUEUES, parse_queue, self.store.on_queue, None)
 
     def start(self) -> Exporter:
         for informer in self.informers:

@@ -22,6 +22,18 @@ from exporter.families import queue as queue_families
 from exporter.families.base import Family
 from exporter.kube.informer import DELETED
 from exporter.model import Job, Pod, PodGroup, Queue
+from exporter.pending import (
+    Explanation,
+    Verdict,
+    VerdictKey,
+    Verdicts,
+    explain,
+    group_waiting,
+    is_job_group,
+    job_waiting,
+    verdict,
+    verdict_key,
+)
 from exporter.podrequests import Resources
 from exporter.quantity import resource_label_and_unit
 from exporter.rows import Rows, Stale, gzip_member
@@ -30,6 +42,7 @@ NANO = 1_000_000_000
 QueuePhase = tuple[str, str]
 GroupKey = tuple[str, str]  # (namespace, podgroup name)
 GroupOwner = tuple[str, str, str]  # queue, job_name, job_kind
+PODGROUP_PREFIX = "podgroup:"  # pending-reason keys of PodGroups explained without a Volcano Job
 
 
 @lru_cache(maxsize=65536)
@@ -80,6 +93,10 @@ class QueueAggregates:
             out.append("".join(queue_families.JOBS.line(k, n) for k, n in sorted(self.jobs.items())).encode())
 
 
+def _verdict_labels(found: Verdict | bool | None) -> tuple[str, str, str] | None:
+    return (found.reason, found.queue, found.resource) if isinstance(found, Verdict) else None
+
+
 def _key(namespace: str, name: str) -> str:
     return f"{namespace}/{name}" if namespace else name
 
@@ -106,6 +123,22 @@ class ExporterStore:
         # Every PodGroup's (queue, phase label), and their counts per queue: Queue status lacks them.
         self._group_phase: dict[GroupKey, QueuePhase] = {}
         self.podgroup_counts: dict[QueuePhase, int] = defaultdict(int)
+        # Why waiting jobs wait (exporter.pending): every shard keeps the queue tree and the waiting
+        # PodGroups; each explains its own Jobs and its own PodGroups of other operators. A job's row is
+        # redone when the job or its group changes. The queue-dependent part (a `Verdict`) is shared by the
+        # jobs of one queue and request: after queue changes (root's `allocated` moves with every placement)
+        # the next scrape recomputes each distinct verdict once and redoes only the jobs whose verdict changed.
+        self.queue_views: dict[str, Queue] = {}
+        self._waiting_groups: dict[GroupKey, PodGroup] = {}
+        self._waiting_jobs: dict[str, Job] = {}  # this shard's, by job key
+        self._job_of_group: dict[GroupKey, str] = {}  # a waiting job's group -> its key
+        self._explained_groups: dict[str, GroupKey] = {}  # this shard's PodGroups of other operators, by row key
+        self.pending_rows: dict[str, bytes] = {}
+        self._pending_labels: dict[str, tuple[str, str, str]] = {}  # (reason, queue, resource) rendered
+        self._verdicts: Verdicts = {}
+        self._verdict_rows: dict[VerdictKey, set[str]] = {}
+        self._row_verdict: dict[str, VerdictKey] = {}
+        self._queues_changed = False
 
     # ---- event handlers (informer threads) --------------------------------------------------------------
 
@@ -115,9 +148,14 @@ class ExporterStore:
             previous = self._job_state.pop(key, None)
             if previous is not None:
                 self.aggregates.add_job(*previous, -1)
+            self._forget_waiting_job(key)
             if event_type == DELETED:
                 self.jobs.delete(key)
                 return
+            if job_waiting(job):
+                self._waiting_jobs[key] = job
+                self._job_of_group[(job.namespace, job.podgroup)] = key
+                self._explain_job(key)
             self.parse_problems["jobs"] += len(job.problems)
             self.jobs.put(key, job_families.render(job))
             if job.phase:
@@ -155,7 +193,15 @@ class ExporterStore:
     def on_podgroup(self, event_type: str, group: PodGroup) -> None:
         """Rows for this shard's PodGroups; see `on_podgroup_owner` for attribution."""
         key = _key(group.namespace, group.name)
+        group_key = (group.namespace, group.name)
         with self.lock:
+            row_key = PODGROUP_PREFIX + key
+            if event_type == DELETED or is_job_group(group) or not group_waiting(group):
+                self._explained_groups.pop(row_key, None)
+                self._set_pending(row_key, None)
+            else:
+                self._explained_groups[row_key] = group_key
+                self._explain_group(row_key)
             if event_type == DELETED:
                 self.podgroups.delete(key)
                 return
@@ -169,12 +215,20 @@ class ExporterStore:
         counted = None if event_type == DELETED else (group.queue, queue_families.podgroup_phase_label(group.phase))
         with self.lock:
             self._count_group(group_key, counted)
-            if self._group_owner.get(group_key) == owner:
-                return
+            same_owner = self._group_owner.get(group_key) == owner
             if owner is None:
                 self._group_owner.pop(group_key, None)
             else:
                 self._group_owner[group_key] = owner
+            if event_type != DELETED and group_waiting(group):
+                self._waiting_groups[group_key] = group
+            else:
+                self._waiting_groups.pop(group_key, None)
+            job_key = self._job_of_group.get(group_key)
+            if job_key is not None:
+                self._explain_job(job_key)
+            if same_owner:
+                return
             for pod_key in list(self._group_pods.get(group_key, ())):
                 pod, who = self._pod_state.pop(pod_key)
                 self.aggregates.add_pod(who.queue, pod.phase, pod.requests, -1)
@@ -182,9 +236,15 @@ class ExporterStore:
                 self._put_pod(pod_key, pod)
 
     def on_queue(self, event_type: str, queue: Queue) -> None:
-        if not self.emit_queues:
-            return
+        """Every shard keeps the queue tree (to explain its waiting jobs); shard 0 renders the rows."""
         with self.lock:
+            if event_type == DELETED:
+                self.queue_views.pop(queue.name, None)
+            else:
+                self.queue_views[queue.name] = queue
+            self._queues_changed = True
+            if not self.emit_queues:
+                return
             if event_type == DELETED:
                 self.queues.delete(queue.name)
                 return
@@ -192,6 +252,73 @@ class ExporterStore:
             self.queues.put(queue.name, queue_families.render(queue))
 
     # ---- internals (lock held) -------------------------------------------------------------------------
+
+    def _forget_waiting_job(self, key: str) -> None:
+        job = self._waiting_jobs.pop(key, None)
+        if job is not None:
+            group_key = (job.namespace, job.podgroup)
+            if self._job_of_group.get(group_key) == key:
+                del self._job_of_group[group_key]
+        self._set_pending(key, None)
+
+    def _explain_job(self, key: str) -> None:
+        """A waiting Job whose PodGroup exists but no longer waits is the scheduler's no more: no row."""
+        job = self._waiting_jobs[key]
+        group_key = (job.namespace, job.podgroup)
+        group = self._waiting_groups.get(group_key)
+        if group is None and group_key in self._group_owner:
+            self._set_pending(key, None)
+            return
+        queue = group.queue if group is not None else job.queue
+        why = explain(queue, self.queue_views, group, job, verdicts=self._verdicts)
+        self._set_pending(key, why, job.namespace, job.name, verdict_key(queue, group))
+
+    def _explain_group(self, row_key: str) -> None:
+        group = self._waiting_groups.get(self._explained_groups[row_key])
+        if group is None:
+            self._set_pending(row_key, None)
+            return
+        why = explain(group.queue, self.queue_views, group, None, verdicts=self._verdicts)
+        self._set_pending(row_key, why, group.namespace, group.owner_name or group.name,
+                          verdict_key(group.queue, group))
+
+    def _set_pending(self, key: str, why: Explanation | None, namespace: str = "", job_name: str = "",
+                     verdict_of: VerdictKey | None = None) -> None:
+        previous = self._row_verdict.get(key)
+        if previous is not None and previous != verdict_of:
+            del self._row_verdict[key]
+            rows = self._verdict_rows[previous]
+            rows.discard(key)
+            if not rows:
+                del self._verdict_rows[previous]
+                self._verdicts.pop(previous, None)
+        if why is None or verdict_of is None:
+            self._pending_labels.pop(key, None)
+            self.pending_rows.pop(key, None)
+            return
+        if previous != verdict_of:
+            self._row_verdict[key] = verdict_of
+            self._verdict_rows.setdefault(verdict_of, set()).add(key)
+        labels = (why.reason, why.queue, why.resource)
+        if self._pending_labels.get(key) != labels:
+            self._pending_labels[key] = labels
+            self.pending_rows[key] = job_families.render_pending(namespace, job_name, why).encode()
+
+    def _refresh_verdicts(self) -> None:
+        """After queue changes: each distinct verdict again, and the jobs of those whose labels changed (the
+        message, with live amounts, is the watchdog API's: the rows need not follow every placement)."""
+        self._queues_changed = False
+        for verdict_of in list(self._verdict_rows):
+            fresh = verdict(verdict_of, self.queue_views)
+            old = self._verdicts.get(verdict_of, False)
+            self._verdicts[verdict_of] = fresh
+            if old is not False and _verdict_labels(old) == _verdict_labels(fresh):
+                continue
+            for key in list(self._verdict_rows.get(verdict_of, ())):
+                if key.startswith(PODGROUP_PREFIX):
+                    self._explain_group(key)
+                else:
+                    self._explain_job(key)
 
     def _count_group(self, group_key: GroupKey, counted: QueuePhase | None) -> None:
         previous = self._group_phase.get(group_key)
@@ -255,6 +382,11 @@ class ExporterStore:
         with self.lock:
             for rows in (self.jobs, self.podgroups, self.pods, self.queues):
                 rows.parts(parts)
+            if self._queues_changed:
+                self._refresh_verdicts()
+            if self.pending_rows:
+                parts.append(job_families.PENDING_REASON.header.encode())
+                parts.extend(self.pending_rows.values())
             if self.emit_queues:
                 lines = queue_families.podgroup_lines(self.podgroup_counts, self.queues.keys())
                 if lines:
@@ -292,5 +424,5 @@ class ExporterStore:
                     stale.rows.keep(stale, member)
 
     def families(self) -> tuple[Family, ...]:
-        return (*job_families.FAMILIES, *podgroup_families.FAMILIES, *pod_families.FAMILIES,
+        return (*job_families.FAMILIES, *job_families.PENDING, *podgroup_families.FAMILIES, *pod_families.FAMILIES,
                 *queue_families.FAMILIES, *queue_families.COUNTED, *queue_families.DERIVED)
