@@ -12,7 +12,10 @@ from kubernetes import client
 from exporter.kube.config import api_client
 from simulator.runtime import SimulatorThread, write_kubeconfig
 
-SHARED = Path(__file__).resolve().parents[1].parent / "shared"
+# ../shared next to the checkout; a git worktree (/work/wt/NAME) finds it one level further up.
+_CHECKOUT = Path(__file__).resolve().parents[1]
+SHARED = next((p / "shared" for p in _CHECKOUT.parents if (p / "shared" / "volcano").is_dir()),
+              _CHECKOUT.parent / "shared")
 
 
 def pod(name: str, namespace: str = "default", labels: dict[str, str] | None = None, **status: Any) -> dict[str, Any]:
