@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import copy
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import pytest
@@ -29,6 +29,7 @@ from exporter.store import ExporterStore
 from tests.exporter import objects
 from tests.exporter.objects import job_podgroup, queue, waiting_job
 from tests.exporter.scrape import parse, select
+from tests.recorded import Recorded, load
 
 GPU = "nvidia.com/gpu"
 
@@ -260,3 +261,41 @@ def test_queue_changes_redo_only_the_jobs_whose_labels_change(monkeypatch: pytes
     body, seconds = timed_scrape()
     assert calls[0] == 10_000 and body.count(b'reason="waiting"') == 10_000
     assert sorted(timings)[1] < 0.5 and seconds < 2, (timings, seconds)  # loose: 2 shared cores
+
+
+# ---- the recordings of real Volcano v1.12.4 (the ground truth) ------------------------------------------------
+
+
+def replayed_reasons(name: str, after: Callable[[Recorded, set[tuple[str, str, str, str]]], None]) -> None:
+    """Each recorded event through the exporter's own informers; `after` sees the reasons after each one."""
+    from tests.exporter.test_replay import Replay
+
+    scenario = load(name)
+    replay = Replay(scenario)
+    for event in scenario.events:
+        if event.what == "events":
+            continue
+        replay.apply(event.type, event.what, event.object)
+        after(event, {(d["job_name"], d["queue"], d["reason"], d["resource"])
+                      for labels in select(replay.scrape(), "volcano_job_pending_reason") for d in [dict(labels)]})
+
+
+def test_recorded_gang_too_big_is_too_big_for_the_cluster() -> None:
+    seen: list[set[tuple[str, str, str, str]]] = []
+    replayed_reasons("gang-too-big", lambda event, reasons: seen.append(reasons))
+    assert seen[-1] == {("biggang", "root", CLUSTER_TOO_SMALL, "cpu")}  # 120 cores asked, 96 in the cluster
+
+
+def test_recorded_queue_capability_wait_names_the_queue_then_goes() -> None:
+    seen: list[set[tuple[str, str, str, str]]] = []
+    replayed_reasons("queue-capability-wait", lambda event, reasons: seen.append(reasons))
+    # `second` (1 core) waits while `first` holds both cores of `small`; both run in the end.
+    assert {("second", "small", QUEUE_CAPABILITY, "cpu")} in seen
+    assert all(reason in (QUEUE_CAPABILITY, WAITING) for reasons in seen for _, _, reason, _ in reasons)
+    assert seen[-1] == set()
+
+
+def test_recorded_hierarchical_queues_leave_no_series() -> None:
+    seen: list[set[tuple[str, str, str, str]]] = []
+    replayed_reasons("hierarchical-queues", lambda event, reasons: seen.append(reasons))
+    assert any(seen) and seen[-1] == set()
