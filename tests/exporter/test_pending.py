@@ -5,10 +5,12 @@ from __future__ import annotations
 import copy
 import time
 from collections.abc import Callable, Sequence
+from pathlib import Path
 from typing import Any
 
 import pytest
 
+from exporter.app import Exporter
 from exporter.kube.informer import ADDED, DELETED, MODIFIED
 from exporter.model import parse_job, parse_podgroup, parse_queue
 from exporter.pending import (
@@ -26,10 +28,13 @@ from exporter.pending import (
     explain,
 )
 from exporter.store import ExporterStore
+from simulator.runtime import SimulatorThread
 from tests.exporter import objects
+from tests.exporter.harness import start_exporter
 from tests.exporter.objects import job_podgroup, queue, waiting_job
 from tests.exporter.scrape import parse, select
 from tests.recorded import Recorded, load
+from tests.simtools import wait_for
 
 GPU = "nvidia.com/gpu"
 
@@ -299,3 +304,23 @@ def test_recorded_hierarchical_queues_leave_no_series() -> None:
     seen: list[set[tuple[str, str, str, str]]] = []
     replayed_reasons("hierarchical-queues", lambda event, reasons: seen.append(reasons))
     assert any(seen) and seen[-1] == set()
+
+
+def test_sharded_exporters_explain_the_simulated_gang_once(tmp_path: Path) -> None:
+    """The app's wiring: every shard watches the Queues (only shard 0 renders them), one shard owns the job."""
+    sim = SimulatorThread(scenario="recorded-gang-too-big", speed=60).start()
+    shards: list[Exporter] = []
+    try:
+        shards = [start_exporter(sim, tmp_path, shard=i, total_shards=2) for i in range(2)]
+
+        def found() -> list[tuple[str, str, str]]:
+            return [(d["queue"], d["reason"], d["resource"]) for shard in shards
+                    for labels in select(parse(shard.scrape()), "volcano_job_pending_reason") for d in [dict(labels)]]
+
+        wait_for(lambda: found() == [("root", CLUSTER_TOO_SMALL, "cpu")], timeout=30)
+        assert {"root", "default"} <= set(shards[1].store.queue_views)
+        assert not select(parse(shards[1].scrape()), "volcano_queue_info")
+    finally:
+        for shard in shards:
+            shard.stop()
+        sim.stop()
