@@ -133,7 +133,7 @@ class ExporterStore:
         self._waiting_jobs: dict[str, Job] = {}  # this shard's, by job key
         self._job_of_group: dict[GroupKey, str] = {}  # a waiting job's group -> its key
         self._explained_groups: dict[str, GroupKey] = {}  # this shard's PodGroups of other operators, by row key
-        self.pending_rows: dict[str, bytes] = {}
+        self.pending = Rows(job_families.PENDING)
         self._pending_labels: dict[str, tuple[str, str, str]] = {}  # (reason, queue, resource) rendered
         self._verdicts: Verdicts = {}
         self._verdict_rows: dict[VerdictKey, set[str]] = {}
@@ -294,7 +294,7 @@ class ExporterStore:
                 self._verdicts.pop(previous, None)
         if why is None or verdict_of is None:
             self._pending_labels.pop(key, None)
-            self.pending_rows.pop(key, None)
+            self.pending.delete(key)
             return
         if previous != verdict_of:
             self._row_verdict[key] = verdict_of
@@ -302,7 +302,7 @@ class ExporterStore:
         labels = (why.reason, why.queue, why.resource)
         if self._pending_labels.get(key) != labels:
             self._pending_labels[key] = labels
-            self.pending_rows[key] = job_families.render_pending(namespace, job_name, why).encode()
+            self.pending.put(key, (job_families.render_pending(namespace, job_name, why),))
 
     def _refresh_verdicts(self) -> None:
         """After queue changes: each distinct verdict again, and the jobs of those whose labels changed (the
@@ -380,13 +380,10 @@ class ExporterStore:
         a 100 MB body is never built (fresh memory costs ~1 ms per MB here, in page faults)."""
         parts: list[bytes] = []
         with self.lock:
-            for rows in (self.jobs, self.podgroups, self.pods, self.queues):
-                rows.parts(parts)
             if self._queues_changed:
                 self._refresh_verdicts()
-            if self.pending_rows:
-                parts.append(job_families.PENDING_REASON.header.encode())
-                parts.extend(self.pending_rows.values())
+            for rows in (self.jobs, self.pending, self.podgroups, self.pods, self.queues):
+                rows.parts(parts)
             if self.emit_queues:
                 lines = queue_families.podgroup_lines(self.podgroup_counts, self.queues.keys())
                 if lines:
@@ -401,7 +398,9 @@ class ExporterStore:
         planned: list[bytes | Stale] = []
         derived: list[bytes] = []
         with self.lock:
-            for rows in (self.jobs, self.podgroups, self.pods, self.queues):
+            if self._queues_changed:
+                self._refresh_verdicts()
+            for rows in (self.jobs, self.pending, self.podgroups, self.pods, self.queues):
                 rows.gzip_parts(planned)
             if self.emit_queues:
                 lines = queue_families.podgroup_lines(self.podgroup_counts, self.queues.keys())

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import copy
+import gzip
 import time
 from collections.abc import Callable, Sequence
 from pathlib import Path
@@ -209,6 +210,20 @@ def test_series_disappear_when_the_job_runs_or_is_deleted() -> None:
     assert len(reasons(store)) == 1
     feed(store, jobs=[other], groups=[other_group], event=DELETED)
     assert reasons(store) == {} and "volcano_job_pending_reason" not in b"".join(store.chunks()).decode()
+
+
+def test_gzip_scrapes_carry_the_reasons_and_follow_the_queues_too() -> None:
+    store = ExporterStore()
+    job, group = gpu_job("train", "research-dev", 4)
+    feed(store, queues=research_queues("4"), jobs=[job], groups=[group])
+
+    def gzipped() -> bytes:
+        return gzip.decompress(b"".join(store.gzip_chunks()))
+
+    assert b'queue="research-dev",reason="queue_capability"' in gzipped()
+    feed(store, queues=research_queues("0")[2:], event=MODIFIED)
+    body = gzipped()  # the queue change is applied by a gzip scrape as well
+    assert b'queue="research",reason="queue_capability"' in body and body == b"".join(store.chunks())
 
 
 def test_other_operators_podgroups_are_explained_by_owner() -> None:
