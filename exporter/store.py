@@ -12,7 +12,7 @@ from __future__ import annotations
 import threading
 import weakref
 from collections import defaultdict
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from functools import lru_cache
 
 from exporter.families import job as job_families
@@ -139,6 +139,10 @@ class ExporterStore:
         self._verdict_rows: dict[VerdictKey, set[str]] = {}
         self._row_verdict: dict[str, VerdictKey] = {}
         self._queues_changed = False
+        # Set by the app to its Queue informer's "listed" flag: until then a job's queue not seen yet is not
+        # called missing (the Job informer may list before the Queue one).
+        self.queues_listed: Callable[[], bool] = lambda: True
+        self._listed = False
 
     # ---- event handlers (informer threads) --------------------------------------------------------------
 
@@ -270,7 +274,7 @@ class ExporterStore:
             self._set_pending(key, None)
             return
         queue = group.queue if group is not None else job.queue
-        why = explain(queue, self.queue_views, group, job, verdicts=self._verdicts)
+        why = explain(queue, self.queue_views, group, job, verdicts=self._verdicts, complete=self._queues_complete())
         self._set_pending(key, why, job.namespace, job.name, verdict_key(queue, group))
 
     def _explain_group(self, row_key: str) -> None:
@@ -278,7 +282,8 @@ class ExporterStore:
         if group is None:
             self._set_pending(row_key, None)
             return
-        why = explain(group.queue, self.queue_views, group, None, verdicts=self._verdicts)
+        why = explain(group.queue, self.queue_views, group, None, verdicts=self._verdicts,
+                      complete=self._queues_complete())
         self._set_pending(row_key, why, group.namespace, group.owner_name or group.name,
                           verdict_key(group.queue, group))
 
@@ -304,12 +309,19 @@ class ExporterStore:
             self._pending_labels[key] = labels
             self.pending.put(key, (job_families.render_pending(namespace, job_name, why),))
 
+    def _queues_complete(self) -> bool:
+        if not self._listed and self.queues_listed():
+            self._listed = True
+            self._queues_changed = True  # the verdicts made meanwhile are redone at the next scrape
+        return self._listed
+
     def _refresh_verdicts(self) -> None:
         """After queue changes: each distinct verdict again, and the jobs of those whose labels changed (the
         message, with live amounts, is the watchdog API's: the rows need not follow every placement)."""
+        complete = self._queues_complete()
         self._queues_changed = False
         for verdict_of in list(self._verdict_rows):
-            fresh = verdict(verdict_of, self.queue_views)
+            fresh = verdict(verdict_of, self.queue_views, complete=complete)
             old = self._verdicts.get(verdict_of, False)
             self._verdicts[verdict_of] = fresh
             if old is not False and _verdict_labels(old) == _verdict_labels(fresh):
@@ -380,7 +392,7 @@ class ExporterStore:
         a 100 MB body is never built (fresh memory costs ~1 ms per MB here, in page faults)."""
         parts: list[bytes] = []
         with self.lock:
-            if self._queues_changed:
+            if self._queues_changed or not self._listed:
                 self._refresh_verdicts()
             for rows in (self.jobs, self.pending, self.podgroups, self.pods, self.queues):
                 rows.parts(parts)
@@ -398,7 +410,7 @@ class ExporterStore:
         planned: list[bytes | Stale] = []
         derived: list[bytes] = []
         with self.lock:
-            if self._queues_changed:
+            if self._queues_changed or not self._listed:
                 self._refresh_verdicts()
             for rows in (self.jobs, self.pending, self.podgroups, self.pods, self.queues):
                 rows.gzip_parts(planned)

@@ -226,6 +226,20 @@ def test_gzip_scrapes_carry_the_reasons_and_follow_the_queues_too() -> None:
     assert b'queue="research",reason="queue_capability"' in body and body == b"".join(store.chunks())
 
 
+def test_a_queue_not_listed_yet_is_not_called_missing() -> None:
+    """The Job informer may list before the Queue one: until the Queues are listed, no `queue_missing`."""
+    store = ExporterStore()
+    listed = [False]
+    store.queues_listed = lambda: listed[0]
+    job, group = gpu_job("train", "research-dev", 4)
+    feed(store, jobs=[job], groups=[group])
+    assert reasons(store) == {("train", "research-dev", WAITING, ""): 1}
+    feed(store, queues=[queue("root", parent=None)])
+    assert reasons(store) == {("train", "research-dev", WAITING, ""): 1}
+    listed[0] = True  # research-dev really does not exist
+    assert reasons(store) == {("train", "research-dev", QUEUE_MISSING, ""): 1}
+
+
 def test_other_operators_podgroups_are_explained_by_owner() -> None:
     store = ExporterStore()
     feed(store, queues=[queue("root", parent=None), queue("nlp", capability={GPU: "2"})],
