@@ -205,10 +205,15 @@ def verdict_key(queue_name: str, group: PodGroup | None) -> VerdictKey:
     return queue_name, group.min_resources
 
 
-def verdict(key: VerdictKey, queues: Mapping[str, Queue], cluster: Resources = NO_RESOURCES) -> Verdict | None:
+def verdict(key: VerdictKey, queues: Mapping[str, Queue], cluster: Resources = NO_RESOURCES,
+            complete: bool = True) -> Verdict | None:
+    """`complete`: `queues` holds every Queue (its informer has listed them). Before, a queue not seen yet
+    is not called missing, and nothing is said about a path not fully known."""
     queue_name, request = key
     path, missing = queue_path(queue_name, queues)
     if missing:
+        if not complete:
+            return None
         return Verdict(QUEUE_MISSING, missing, "", f"queue {missing} does not exist"
                        + ("" if missing == queue_name else f" (on the path of queue {queue_name})"))
     for queue in path:
@@ -218,17 +223,17 @@ def verdict(key: VerdictKey, queues: Mapping[str, Queue], cluster: Resources = N
 
 
 def explain(queue_name: str, queues: Mapping[str, Queue], group: PodGroup | None = None, job: Job | None = None,
-            cluster: Resources = NO_RESOURCES, verdicts: Verdicts | None = None) -> Explanation:
+            cluster: Resources = NO_RESOURCES, verdicts: Verdicts | None = None, complete: bool = True) -> Explanation:
     """Why the job (its `group`, and the Volcano `job` when there is one) waits. `verdicts` caches the
     queue-dependent part by `verdict_key` while the queues stay the same: many waiting jobs share it."""
     sched_reason, sched_message = unschedulable(group)
     key = verdict_key(queue_name, group)
     if verdicts is None:
-        found = verdict(key, queues, cluster)
+        found = verdict(key, queues, cluster, complete)
     elif key in verdicts:
         found = verdicts[key]
     else:
-        found = verdicts[key] = verdict(key, queues, cluster)
+        found = verdicts[key] = verdict(key, queues, cluster, complete)
     if found is not None and found.reason in (QUEUE_MISSING, QUEUE_CLOSED):
         return Explanation(found.reason, found.queue, "", found.message, sched_reason, sched_message)
     if job is not None:
