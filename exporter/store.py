@@ -15,11 +15,14 @@ from collections import defaultdict
 from collections.abc import Callable, Iterator
 from functools import lru_cache
 
+from exporter.cardinality import ALL, DEFAULTS, FamilyFilter, ObjectCaps, Options, with_labels
+from exporter.families import compat as compat_families
 from exporter.families import job as job_families
 from exporter.families import pod as pod_families
 from exporter.families import podgroup as podgroup_families
 from exporter.families import queue as queue_families
-from exporter.families.base import Family
+from exporter.families.base import Family, escape
+from exporter.families.compat import NO_CONTAINERS
 from exporter.kube.informer import DELETED
 from exporter.model import Job, Pod, PodGroup, Queue
 from exporter.pending import (
@@ -56,7 +59,8 @@ class QueueAggregates:
 
     POD_PHASES = {"Pending": "pending", "Running": "running"}
 
-    def __init__(self) -> None:
+    def __init__(self, served: FamilyFilter = ALL) -> None:
+        self.served = served
         self.pod_requests: dict[QueuePhase, dict[str, int]] = defaultdict(lambda: defaultdict(int))
         self.pod_counts: dict[QueuePhase, int] = defaultdict(int)
         self.jobs: dict[QueuePhase, int] = defaultdict(int)
@@ -81,14 +85,15 @@ class QueueAggregates:
 
     def write(self, out: list[bytes]) -> None:
         lines = []
-        for (queue, phase), sums in sorted(self.pod_requests.items()):
+        for (queue, phase), sums in sorted(self.pod_requests.items()) \
+                if self.served.allows(queue_families.POD_REQUESTS.name) else ():
             for name, nano in sorted(sums.items()):
                 label, unit = resource_label_and_unit(name)
                 lines.append(queue_families.POD_REQUESTS.line((queue, phase, label, unit), nano / NANO))
-        if lines:
+        if lines and self.served.allows(queue_families.POD_REQUESTS.name):
             out.append(queue_families.POD_REQUESTS.header.encode())
             out.append("".join(lines).encode())
-        if self.jobs:
+        if self.jobs and self.served.allows(queue_families.JOBS.name):
             out.append(queue_families.JOBS.header.encode())
             out.append("".join(queue_families.JOBS.line(k, n) for k, n in sorted(self.jobs.items())).encode())
 
@@ -102,14 +107,22 @@ def _key(namespace: str, name: str) -> str:
 
 
 class ExporterStore:
-    def __init__(self, emit_queues: bool = True) -> None:
+    def __init__(self, emit_queues: bool = True, options: Options = DEFAULTS) -> None:
         self.lock = threading.Lock()
         self.emit_queues = emit_queues
-        self.jobs = Rows(job_families.FAMILIES)
-        self.pods = Rows(pod_families.FAMILIES)
-        self.podgroups = Rows(podgroup_families.FAMILIES)
-        self.queues = Rows(queue_families.FAMILIES)
-        self.aggregates = QueueAggregates()
+        self.options = options
+        served = options.families
+        self.compat = options.compat_ksm_fork and any(served.allows(f.name) for f in compat_families.FAMILIES)
+        self.jobs = Rows(job_families.FAMILIES, served=served)
+        self.pods = Rows((*pod_families.FAMILIES, *(compat_families.FAMILIES if self.compat else ())), served=served)
+        self.podgroups = Rows(podgroup_families.FAMILIES, served=served)
+        self.queues = Rows(queue_families.FAMILIES, served=served)
+        self.aggregates = QueueAggregates(served)
+        self._pod_wanted = self.pods.enabled[:len(pod_families.FAMILIES)]
+        self._no_jobs = ("",) * len(job_families.FAMILIES)
+        self._no_groups = ("",) * len(podgroup_families.FAMILIES)
+        self._no_queues = ("",) * len(queue_families.FAMILIES)
+        self.caps = ObjectCaps(options.max_objects)
         self.parse_problems: dict[str, int] = defaultdict(int)  # by resource
         self._job_state: dict[str, tuple[str, str]] = {}  # key -> (queue, phase) counted
         self._pod_state: dict[str, tuple[Pod, pod_families.Attribution]] = {}
@@ -133,7 +146,7 @@ class ExporterStore:
         self._waiting_jobs: dict[str, Job] = {}  # this shard's, by job key
         self._job_of_group: dict[GroupKey, str] = {}  # a waiting job's group -> its key
         self._explained_groups: dict[str, GroupKey] = {}  # this shard's PodGroups of other operators, by row key
-        self.pending = Rows(job_families.PENDING)
+        self.pending = Rows(job_families.PENDING, served=served)
         self._pending_labels: dict[str, tuple[str, str, str]] = {}  # (reason, queue, resource) rendered
         self._verdicts: Verdicts = {}
         self._verdict_rows: dict[VerdictKey, set[str]] = {}
@@ -154,14 +167,20 @@ class ExporterStore:
                 self.aggregates.add_job(*previous, -1)
             self._forget_waiting_job(key)
             if event_type == DELETED:
+                self.caps.forget("jobs", key)
                 self.jobs.delete(key)
                 return
-            if job_waiting(job):
+            if not self.caps.admit("jobs", key, key in self.jobs, len(self.jobs)):
+                return
+            if job_waiting(job) and self.pending.any:
                 self._waiting_jobs[key] = job
                 self._job_of_group[(job.namespace, job.podgroup)] = key
                 self._explain_job(key)
             self.parse_problems["jobs"] += len(job.problems)
-            self.jobs.put(key, job_families.render(job))
+            rendered = job_families.render(job) if self.jobs.any else self._no_jobs
+            if job.labels and rendered[0]:
+                rendered = (with_labels(rendered[0], job.labels), *rendered[1:])
+            self.jobs.put(key, rendered)
             if job.phase:
                 self._job_state[key] = (job.queue, job.phase)
                 self.aggregates.add_job(job.queue, job.phase, 1)
@@ -171,9 +190,12 @@ class ExporterStore:
         with self.lock:
             previous = self._pod_state.pop(key, None)
             if event_type == DELETED:
+                self.caps.forget("pods", key)
                 if previous is not None:
                     self._forget_pod(key, *previous)
                 self.pods.delete(key)
+                return
+            if previous is None and not self.caps.admit("pods", key, False, len(self._pod_state)):
                 return
             if previous is not None and not pod.problems \
                     and pod_families.exported(previous[0]) == pod_families.exported(pod):
@@ -188,7 +210,7 @@ class ExporterStore:
                     self.aggregates.add_pod(who.queue, old.phase, old.requests, -1)
                     self.aggregates.add_pod(who.queue, pod.phase, pod.requests, 1)
                 self._pod_state[key] = (pod, who)
-                self.pods.put(key, pod_families.render(pod, who))
+                self.pods.put(key, self._render_pod(pod, who))
                 return
             if previous is not None:
                 self._forget_pod(key, *previous)
@@ -198,19 +220,24 @@ class ExporterStore:
         """Rows for this shard's PodGroups; see `on_podgroup_owner` for attribution."""
         key = _key(group.namespace, group.name)
         group_key = (group.namespace, group.name)
+        row_key = PODGROUP_PREFIX + key
         with self.lock:
-            row_key = PODGROUP_PREFIX + key
-            if event_type == DELETED or is_job_group(group) or not group_waiting(group):
+            if event_type == DELETED:
+                self._explained_groups.pop(row_key, None)
+                self._set_pending(row_key, None)
+                self.caps.forget("podgroups", key)
+                self.podgroups.delete(key)
+                return
+            if not self.caps.admit("podgroups", key, key in self.podgroups, len(self.podgroups)):
+                return
+            if is_job_group(group) or not group_waiting(group) or not self.pending.any:
                 self._explained_groups.pop(row_key, None)
                 self._set_pending(row_key, None)
             else:
                 self._explained_groups[row_key] = group_key
                 self._explain_group(row_key)
-            if event_type == DELETED:
-                self.podgroups.delete(key)
-                return
             self.parse_problems["podgroups"] += len(group.problems)
-            self.podgroups.put(key, podgroup_families.render(group))
+            self.podgroups.put(key, podgroup_families.render(group) if self.podgroups.any else self._no_groups)
 
     def on_podgroup_owner(self, event_type: str, group: PodGroup) -> None:
         """Every PodGroup, in every shard: where pods naming only their group belong."""
@@ -250,10 +277,13 @@ class ExporterStore:
             if not self.emit_queues:
                 return
             if event_type == DELETED:
+                self.caps.forget("queues", queue.name)
                 self.queues.delete(queue.name)
                 return
+            if not self.caps.admit("queues", queue.name, queue.name in self.queues, len(self.queues)):
+                return
             self.parse_problems["queues"] += len(queue.problems)
-            self.queues.put(queue.name, queue_families.render(queue))
+            self.queues.put(queue.name, queue_families.render(queue) if self.queues.any else self._no_queues)
 
     # ---- internals (lock held) -------------------------------------------------------------------------
 
@@ -366,7 +396,17 @@ class ExporterStore:
         who = self._attribute(pod, key)
         self._pod_state[key] = (pod, who)
         self.aggregates.add_pod(who.queue, pod.phase, pod.requests, 1)
-        self.pods.put(key, pod_families.render(pod, who))
+        self.pods.put(key, self._render_pod(pod, who))
+
+    def _render_pod(self, pod: Pod, who: pod_families.Attribution) -> tuple[str, ...]:
+        rendered = pod_families.render(pod, who, self._pod_wanted)
+        if pod.labels and rendered[0]:
+            rendered = (with_labels(rendered[0], pod.labels), *rendered[1:])
+        if self.compat:
+            values = (pod.namespace, pod.name, pod.node_name, who.job_name, who.queue)
+            ns, name, node, job_name, queue = (escape(v) for v in values)
+            rendered += compat_families.render(ns, name, node, job_name, queue, pod.containers or NO_CONTAINERS)
+        return rendered
 
     def _forget_pod(self, key: str, old: Pod, who: pod_families.Attribution) -> None:
         self.aggregates.add_pod(who.queue, old.phase, old.requests, -1)
@@ -396,7 +436,7 @@ class ExporterStore:
                 self._refresh_verdicts()
             for rows in (self.jobs, self.pending, self.podgroups, self.pods, self.queues):
                 rows.parts(parts)
-            if self.emit_queues:
+            if self.emit_queues and self.options.families.allows(queue_families.PODGROUPS.name):
                 lines = queue_families.podgroup_lines(self.podgroup_counts, self.queues.keys())
                 if lines:
                     parts += (queue_families.PODGROUPS.header.encode(), lines.encode())
@@ -414,7 +454,7 @@ class ExporterStore:
                 self._refresh_verdicts()
             for rows in (self.jobs, self.pending, self.podgroups, self.pods, self.queues):
                 rows.gzip_parts(planned)
-            if self.emit_queues:
+            if self.emit_queues and self.options.families.allows(queue_families.PODGROUPS.name):
                 lines = queue_families.podgroup_lines(self.podgroup_counts, self.queues.keys())
                 if lines:
                     derived += (queue_families.PODGROUPS.header.encode(), lines.encode())
@@ -435,5 +475,7 @@ class ExporterStore:
                     stale.rows.keep(stale, member)
 
     def families(self) -> tuple[Family, ...]:
+        """Every family this store can serve (compatibility ones with their flag), denied ones included."""
         return (*job_families.FAMILIES, *job_families.PENDING, *podgroup_families.FAMILIES, *pod_families.FAMILIES,
+                *(compat_families.FAMILIES if self.options.compat_ksm_fork else ()),
                 *queue_families.FAMILIES, *queue_families.COUNTED, *queue_families.DERIVED)

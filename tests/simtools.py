@@ -12,10 +12,10 @@ from kubernetes import client
 from exporter.kube.config import api_client
 from simulator.runtime import SimulatorThread, write_kubeconfig
 
-# ../shared next to the checkout; a git worktree (/work/wt/NAME) finds it one level further up.
-_CHECKOUT = Path(__file__).resolve().parents[1]
-SHARED = next((p / "shared" for p in _CHECKOUT.parents if (p / "shared" / "volcano").is_dir()),
-              _CHECKOUT.parent / "shared")
+# ../shared next to the checkout (/work/main -> /work/shared); a git worktree one level deeper
+# (/work/wt/NAME) finds the same directory further up.
+SHARED = next((p / "shared" for p in Path(__file__).resolve().parents[1:] if (p / "shared" / "volcano").is_dir()),
+              Path(__file__).resolve().parents[1].parent / "shared")
 
 
 def pod(name: str, namespace: str = "default", labels: dict[str, str] | None = None, **status: Any) -> dict[str, Any]:
