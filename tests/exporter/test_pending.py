@@ -12,6 +12,7 @@ from typing import Any
 import pytest
 
 from exporter.app import Exporter
+from exporter.cardinality import Options, family_filter
 from exporter.kube.informer import ADDED, DELETED, MODIFIED
 from exporter.model import parse_job, parse_podgroup, parse_queue
 from exporter.pending import (
@@ -238,6 +239,14 @@ def test_a_queue_not_listed_yet_is_not_called_missing() -> None:
     assert reasons(store) == {("train", "research-dev", WAITING, ""): 1}
     listed[0] = True  # research-dev really does not exist
     assert reasons(store) == {("train", "research-dev", QUEUE_MISSING, ""): 1}
+
+
+def test_a_denied_family_tracks_nothing() -> None:
+    store = ExporterStore(options=Options(families=family_filter("", "volcano_job_pending_reason")))
+    job, group = gpu_job("train", "research-dev", 4)
+    feed(store, queues=research_queues("4"), jobs=[job], groups=[group, objects.kubeflow_podgroup()])
+    assert reasons(store) == {} and not store._waiting_jobs and not store._explained_groups
+    assert select(scrape(store), "volcano_job_info")
 
 
 def test_other_operators_podgroups_are_explained_by_owner() -> None:
