@@ -63,7 +63,7 @@ class Exporter:
         # Every shard: its waiting jobs are explained against the queue tree (only shard 0 renders queues).
         add(QUEUES, parse_queue, self.store.on_queue, None)
         queues = self.informers[-1]
-        self.store.queues_listed = queues.synced.is_set
+        self.store.waiting.queues_listed = queues.synced.is_set
 
     def start(self) -> Exporter:
         for informer in self.informers:

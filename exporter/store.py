@@ -12,7 +12,7 @@ from __future__ import annotations
 import threading
 import weakref
 from collections import defaultdict
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from functools import lru_cache
 
 from exporter.cardinality import ALL, DEFAULTS, FamilyFilter, ObjectCaps, Options, with_labels
@@ -25,27 +25,15 @@ from exporter.families.base import Family, escape
 from exporter.families.compat import NO_CONTAINERS
 from exporter.kube.informer import DELETED
 from exporter.model import Job, Pod, PodGroup, Queue
-from exporter.pending import (
-    Explanation,
-    Verdict,
-    VerdictKey,
-    Verdicts,
-    explain,
-    group_waiting,
-    is_job_group,
-    job_waiting,
-    verdict,
-    verdict_key,
-)
 from exporter.podrequests import Resources
 from exporter.quantity import resource_label_and_unit
 from exporter.rows import Rows, Stale, gzip_member
+from exporter.waiting import WaitingJobs
 
 NANO = 1_000_000_000
 QueuePhase = tuple[str, str]
 GroupKey = tuple[str, str]  # (namespace, podgroup name)
 GroupOwner = tuple[str, str, str]  # queue, job_name, job_kind
-PODGROUP_PREFIX = "podgroup:"  # pending-reason keys of PodGroups explained without a Volcano Job
 
 
 @lru_cache(maxsize=65536)
@@ -98,10 +86,6 @@ class QueueAggregates:
             out.append("".join(queue_families.JOBS.line(k, n) for k, n in sorted(self.jobs.items())).encode())
 
 
-def _verdict_labels(found: Verdict | bool | None) -> tuple[str, str, str] | None:
-    return (found.reason, found.queue, found.resource) if isinstance(found, Verdict) else None
-
-
 def _key(namespace: str, name: str) -> str:
     return f"{namespace}/{name}" if namespace else name
 
@@ -136,26 +120,7 @@ class ExporterStore:
         # Every PodGroup's (queue, phase label), and their counts per queue: Queue status lacks them.
         self._group_phase: dict[GroupKey, QueuePhase] = {}
         self.podgroup_counts: dict[QueuePhase, int] = defaultdict(int)
-        # Why waiting jobs wait (exporter.pending): every shard keeps the queue tree and the waiting
-        # PodGroups; each explains its own Jobs and its own PodGroups of other operators. A job's row is
-        # redone when the job or its group changes. The queue-dependent part (a `Verdict`) is shared by the
-        # jobs of one queue and request: after queue changes (root's `allocated` moves with every placement)
-        # the next scrape recomputes each distinct verdict once and redoes only the jobs whose verdict changed.
-        self.queue_views: dict[str, Queue] = {}
-        self._waiting_groups: dict[GroupKey, PodGroup] = {}
-        self._waiting_jobs: dict[str, Job] = {}  # this shard's, by job key
-        self._job_of_group: dict[GroupKey, str] = {}  # a waiting job's group -> its key
-        self._explained_groups: dict[str, GroupKey] = {}  # this shard's PodGroups of other operators, by row key
-        self.pending = Rows(job_families.PENDING, served=served)
-        self._pending_labels: dict[str, tuple[str, str, str]] = {}  # (reason, queue, resource) rendered
-        self._verdicts: Verdicts = {}
-        self._verdict_rows: dict[VerdictKey, set[str]] = {}
-        self._row_verdict: dict[str, VerdictKey] = {}
-        self._queues_changed = False
-        # Set by the app to its Queue informer's "listed" flag: until then a job's queue not seen yet is not
-        # called missing (the Job informer may list before the Queue one).
-        self.queues_listed: Callable[[], bool] = lambda: True
-        self._listed = False
+        self.waiting = WaitingJobs(served, self._group_owner)  # volcano_job_pending_reason
 
     # ---- event handlers (informer threads) --------------------------------------------------------------
 
@@ -165,17 +130,15 @@ class ExporterStore:
             previous = self._job_state.pop(key, None)
             if previous is not None:
                 self.aggregates.add_job(*previous, -1)
-            self._forget_waiting_job(key)
             if event_type == DELETED:
+                self.waiting.on_job(key, None)
                 self.caps.forget("jobs", key)
                 self.jobs.delete(key)
                 return
             if not self.caps.admit("jobs", key, key in self.jobs, len(self.jobs)):
+                self.waiting.on_job(key, None)
                 return
-            if job_waiting(job) and self.pending.any:
-                self._waiting_jobs[key] = job
-                self._job_of_group[(job.namespace, job.podgroup)] = key
-                self._explain_job(key)
+            self.waiting.on_job(key, job)
             self.parse_problems["jobs"] += len(job.problems)
             rendered = job_families.render(job) if self.jobs.any else self._no_jobs
             if job.labels and rendered[0]:
@@ -220,22 +183,16 @@ class ExporterStore:
         """Rows for this shard's PodGroups; see `on_podgroup_owner` for attribution."""
         key = _key(group.namespace, group.name)
         group_key = (group.namespace, group.name)
-        row_key = PODGROUP_PREFIX + key
         with self.lock:
             if event_type == DELETED:
-                self._explained_groups.pop(row_key, None)
-                self._set_pending(row_key, None)
+                self.waiting.on_own_group(key, group_key, None)
                 self.caps.forget("podgroups", key)
                 self.podgroups.delete(key)
                 return
             if not self.caps.admit("podgroups", key, key in self.podgroups, len(self.podgroups)):
+                self.waiting.on_own_group(key, group_key, None)
                 return
-            if is_job_group(group) or not group_waiting(group) or not self.pending.any:
-                self._explained_groups.pop(row_key, None)
-                self._set_pending(row_key, None)
-            else:
-                self._explained_groups[row_key] = group_key
-                self._explain_group(row_key)
+            self.waiting.on_own_group(key, group_key, group)
             self.parse_problems["podgroups"] += len(group.problems)
             self.podgroups.put(key, podgroup_families.render(group) if self.podgroups.any else self._no_groups)
 
@@ -251,13 +208,7 @@ class ExporterStore:
                 self._group_owner.pop(group_key, None)
             else:
                 self._group_owner[group_key] = owner
-            if event_type != DELETED and group_waiting(group):
-                self._waiting_groups[group_key] = group
-            else:
-                self._waiting_groups.pop(group_key, None)
-            job_key = self._job_of_group.get(group_key)
-            if job_key is not None:
-                self._explain_job(job_key)
+            self.waiting.on_any_group(group_key, None if event_type == DELETED else group)
             if same_owner:
                 return
             for pod_key in list(self._group_pods.get(group_key, ())):
@@ -269,11 +220,7 @@ class ExporterStore:
     def on_queue(self, event_type: str, queue: Queue) -> None:
         """Every shard keeps the queue tree (to explain its waiting jobs); shard 0 renders the rows."""
         with self.lock:
-            if event_type == DELETED:
-                self.queue_views.pop(queue.name, None)
-            else:
-                self.queue_views[queue.name] = queue
-            self._queues_changed = True
+            self.waiting.on_queue(queue, event_type == DELETED)
             if not self.emit_queues:
                 return
             if event_type == DELETED:
@@ -286,81 +233,6 @@ class ExporterStore:
             self.queues.put(queue.name, queue_families.render(queue) if self.queues.any else self._no_queues)
 
     # ---- internals (lock held) -------------------------------------------------------------------------
-
-    def _forget_waiting_job(self, key: str) -> None:
-        job = self._waiting_jobs.pop(key, None)
-        if job is not None:
-            group_key = (job.namespace, job.podgroup)
-            if self._job_of_group.get(group_key) == key:
-                del self._job_of_group[group_key]
-        self._set_pending(key, None)
-
-    def _explain_job(self, key: str) -> None:
-        """A waiting Job whose PodGroup exists but no longer waits is the scheduler's no more: no row."""
-        job = self._waiting_jobs[key]
-        group_key = (job.namespace, job.podgroup)
-        group = self._waiting_groups.get(group_key)
-        if group is None and group_key in self._group_owner:
-            self._set_pending(key, None)
-            return
-        queue = group.queue if group is not None else job.queue
-        why = explain(queue, self.queue_views, group, job, verdicts=self._verdicts, complete=self._queues_complete())
-        self._set_pending(key, why, job.namespace, job.name, verdict_key(queue, group))
-
-    def _explain_group(self, row_key: str) -> None:
-        group = self._waiting_groups.get(self._explained_groups[row_key])
-        if group is None:
-            self._set_pending(row_key, None)
-            return
-        why = explain(group.queue, self.queue_views, group, None, verdicts=self._verdicts,
-                      complete=self._queues_complete())
-        self._set_pending(row_key, why, group.namespace, group.owner_name or group.name,
-                          verdict_key(group.queue, group))
-
-    def _set_pending(self, key: str, why: Explanation | None, namespace: str = "", job_name: str = "",
-                     verdict_of: VerdictKey | None = None) -> None:
-        previous = self._row_verdict.get(key)
-        if previous is not None and previous != verdict_of:
-            del self._row_verdict[key]
-            rows = self._verdict_rows[previous]
-            rows.discard(key)
-            if not rows:
-                del self._verdict_rows[previous]
-                self._verdicts.pop(previous, None)
-        if why is None or verdict_of is None:
-            self._pending_labels.pop(key, None)
-            self.pending.delete(key)
-            return
-        if previous != verdict_of:
-            self._row_verdict[key] = verdict_of
-            self._verdict_rows.setdefault(verdict_of, set()).add(key)
-        labels = (why.reason, why.queue, why.resource)
-        if self._pending_labels.get(key) != labels:
-            self._pending_labels[key] = labels
-            self.pending.put(key, (job_families.render_pending(namespace, job_name, why),))
-
-    def _queues_complete(self) -> bool:
-        if not self._listed and self.queues_listed():
-            self._listed = True
-            self._queues_changed = True  # the verdicts made meanwhile are redone at the next scrape
-        return self._listed
-
-    def _refresh_verdicts(self) -> None:
-        """After queue changes: each distinct verdict again, and the jobs of those whose labels changed (the
-        message, with live amounts, is the watchdog API's: the rows need not follow every placement)."""
-        complete = self._queues_complete()
-        self._queues_changed = False
-        for verdict_of in list(self._verdict_rows):
-            fresh = verdict(verdict_of, self.queue_views, complete=complete)
-            old = self._verdicts.get(verdict_of, False)
-            self._verdicts[verdict_of] = fresh
-            if old is not False and _verdict_labels(old) == _verdict_labels(fresh):
-                continue
-            for key in list(self._verdict_rows.get(verdict_of, ())):
-                if key.startswith(PODGROUP_PREFIX):
-                    self._explain_group(key)
-                else:
-                    self._explain_job(key)
 
     def _count_group(self, group_key: GroupKey, counted: QueuePhase | None) -> None:
         previous = self._group_phase.get(group_key)
@@ -432,9 +304,8 @@ class ExporterStore:
         a 100 MB body is never built (fresh memory costs ~1 ms per MB here, in page faults)."""
         parts: list[bytes] = []
         with self.lock:
-            if self._queues_changed or not self._listed:
-                self._refresh_verdicts()
-            for rows in (self.jobs, self.pending, self.podgroups, self.pods, self.queues):
+            self.waiting.refresh()
+            for rows in (self.jobs, self.waiting.rows, self.podgroups, self.pods, self.queues):
                 rows.parts(parts)
             if self.emit_queues and self.options.families.allows(queue_families.PODGROUPS.name):
                 lines = queue_families.podgroup_lines(self.podgroup_counts, self.queues.keys())
@@ -450,9 +321,8 @@ class ExporterStore:
         planned: list[bytes | Stale] = []
         derived: list[bytes] = []
         with self.lock:
-            if self._queues_changed or not self._listed:
-                self._refresh_verdicts()
-            for rows in (self.jobs, self.pending, self.podgroups, self.pods, self.queues):
+            self.waiting.refresh()
+            for rows in (self.jobs, self.waiting.rows, self.podgroups, self.pods, self.queues):
                 rows.gzip_parts(planned)
             if self.emit_queues and self.options.families.allows(queue_families.PODGROUPS.name):
                 lines = queue_families.podgroup_lines(self.podgroup_counts, self.queues.keys())

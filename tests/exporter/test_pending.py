@@ -1,4 +1,4 @@
-"""Why a job waits (exporter.pending), and `volcano_job_pending_reason` as the store renders it."""
+"""Why a job waits (exporter.pending), and `volcano_job_pending_reason` as the store keeps it (exporter.waiting)."""
 
 from __future__ import annotations
 
@@ -231,7 +231,7 @@ def test_a_queue_not_listed_yet_is_not_called_missing() -> None:
     """The Job informer may list before the Queue one: until the Queues are listed, no `queue_missing`."""
     store = ExporterStore()
     listed = [False]
-    store.queues_listed = lambda: listed[0]
+    store.waiting.queues_listed = lambda: listed[0]
     job, group = gpu_job("train", "research-dev", 4)
     feed(store, jobs=[job], groups=[group])
     assert reasons(store) == {("train", "research-dev", WAITING, ""): 1}
@@ -245,7 +245,7 @@ def test_a_denied_family_tracks_nothing() -> None:
     store = ExporterStore(options=Options(families=family_filter("", "volcano_job_pending_reason")))
     job, group = gpu_job("train", "research-dev", 4)
     feed(store, queues=research_queues("4"), jobs=[job], groups=[group, objects.kubeflow_podgroup()])
-    assert reasons(store) == {} and not store._waiting_jobs and not store._explained_groups
+    assert reasons(store) == {} and not store.waiting.jobs and not store.waiting.own_groups
     assert select(scrape(store), "volcano_job_info")
 
 
@@ -270,16 +270,16 @@ def test_shards_without_queue_rows_still_explain_their_jobs() -> None:
 def test_queue_changes_redo_only_the_jobs_whose_labels_change(monkeypatch: pytest.MonkeyPatch) -> None:
     """Root's `allocated` moves with every placement: 10k jobs waiting on the cluster are not redone
     (nor re-rendered) unless their reason, queue or resource changes; a scrape stays cheap."""
-    import exporter.store
+    import exporter.waiting
 
     calls = [0]
-    real = exporter.store.explain
+    real = exporter.waiting.explain
 
     def counting(*args: Any, **kwargs: Any) -> Explanation:
         calls[0] += 1
         return real(*args, **kwargs)
 
-    monkeypatch.setattr(exporter.store, "explain", counting)
+    monkeypatch.setattr(exporter.waiting, "explain", counting)
     store = ExporterStore()
     feed(store, queues=[queue("root", parent=None, allocated={GPU: "22"}), queue("default")])
     for i in range(10_000):
@@ -356,7 +356,7 @@ def test_sharded_exporters_explain_the_simulated_gang_once(tmp_path: Path) -> No
                     for labels in select(parse(shard.scrape()), "volcano_job_pending_reason") for d in [dict(labels)]]
 
         wait_for(lambda: found() == [("root", CLUSTER_TOO_SMALL, "cpu")], timeout=30)
-        assert {"root", "default"} <= set(shards[1].store.queue_views)
+        assert {"root", "default"} <= set(shards[1].store.waiting.queues)
         assert not select(parse(shards[1].scrape()), "volcano_queue_info")
     finally:
         for shard in shards:
