@@ -68,6 +68,7 @@ from exporter.kube.config import api_client
 from exporter.kube.informer import Informer
 from exporter.kube.resources import JOBS, PODGROUPS, PODS, QUEUES, ResourceKind
 from exporter.model import Job, Pod, PodGroup, Queue
+from exporter.pending import Explanation, explain, group_waiting, is_job_group, job_waiting
 from exporter.podrequests import Resources
 from exporter.quantity import resource_label_and_unit
 from simulator import resources as sim_types
@@ -252,6 +253,19 @@ class NaiveCollector:
                 g(gf.CONDITION, (ns, name, c.type, c.status, c.reason), 1)
                 g(gf.CONDITION_TIME, (ns, name, c.type), c.last_transition_time)
         owners = {(p.namespace, p.name): p for p in self.groups}
+        queues = {q.name: q for q in self.queues}
+
+        def why(namespace: str, job_name: str, found: Explanation) -> None:
+            resource = resource_label_and_unit(found.resource)[0] if found.resource else ""
+            g(jf.PENDING_REASON, (namespace, job_name, found.queue, found.reason, resource), 1)
+
+        for j in self.jobs:
+            group = owners.get((j.namespace, j.podgroup))
+            if job_waiting(j) and (group is None or group_waiting(group)):
+                why(j.namespace, j.name, explain(group.queue if group else j.queue, queues, group, j))
+        for p in self.groups:
+            if group_waiting(p) and not is_job_group(p):
+                why(p.namespace, p.owner_name or p.name, explain(p.queue, queues, p))
         pod_requests: dict[tuple[str, str], dict[str, float]] = defaultdict(lambda: defaultdict(float))
         for pod in self.pods:
             queue, job_name, job_kind = pod.queue, pod.job_name, pod.job_kind

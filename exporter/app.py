@@ -60,8 +60,10 @@ class Exporter:
                 self.store.on_podgroup(event_type, group)
 
         add(PODGROUPS, parse_podgroup, on_podgroup, None)
-        if shard == 0:
-            add(QUEUES, parse_queue, self.store.on_queue, None)
+        # Every shard: its waiting jobs are explained against the queue tree (only shard 0 renders queues).
+        add(QUEUES, parse_queue, self.store.on_queue, None)
+        queues = self.informers[-1]
+        self.store.waiting.queues_listed = queues.synced.is_set
 
     def start(self) -> Exporter:
         for informer in self.informers:

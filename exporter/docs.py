@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from exporter import selfmetrics
+from exporter import pending, selfmetrics
 from exporter.cardinality import Options
 from exporter.families import compat, job, pod, podgroup, queue
 from exporter.families.base import Family
@@ -81,7 +81,7 @@ whole families; `--metric-labels-allowlist pods=[team],jobs=[*]` adds the chosen
 
 # Which tables the families go into, in order; anything not listed lands in "Other" (and shows in the diff).
 GROUPS: tuple[tuple[str, tuple[Family, ...]], ...] = (
-    ("Jobs and tasks", job.FAMILIES),
+    ("Jobs and tasks", (*job.FAMILIES, *job.PENDING)),
     ("Pods", pod.FAMILIES),
     ("PodGroups", podgroup.FAMILIES),
     ("Queues", (*queue.FAMILIES, *queue.COUNTED)),
@@ -103,6 +103,39 @@ GROUP_NOTES = {
     "Exporter self-metrics": "How the exporter itself is doing; `resource` is the informer's resource "
                              "(`pods`, `jobs.batch.volcano.sh`, ...).",
 }
+
+PENDING_TITLE = "Why a job is pending"
+PENDING_INTRO = """\
+`volcano_job_pending_reason` has one series, valued 1, for every Job that is not running (phase `Pending`,
+its PodGroup `Pending` or `Inqueue`) and for every PodGroup of another operator (Kubeflow, Spark) that is
+not running, `job_name` being its owner. The series goes when the job runs or is deleted. The watchdog
+serves the same explanation, with a message and the scheduler's own condition, at
+`GET /api/v1/jobs/{uid}/why` ([watchdog API](watchdog.md#why-is-my-job-pending)); both come from
+`exporter/pending.py`.
+
+The reasons, tried in this order (the first that holds is the one reported):
+"""
+PENDING_OUTRO = """\
+`queue` names the queue the reason is about: the blocking queue for `queue_*` reasons, `root` for the
+`cluster_*` ones, the job's own queue otherwise; `resource` (sanitized like the other resource labels) is
+set for the capacity reasons only. The capacity reasons compare the PodGroup's `spec.minResources` with
+each queue's `spec.capability` and `status.allocated`, from the job's queue up to `root`, and at `root`
+with the cluster: Volcano (v1.12) writes the cluster's allocatable into root's `spec.deserved`, and root's
+`status.allocated` sums every queue. They are computed for gangs not admitted yet (PodGroup `Pending`):
+a gang bigger than the cluster, or one its queue cannot admit, gets no PodGroup condition from the
+scheduler at all, only Events. An admitted (`Inqueue`) gang gets the scheduler's `Unschedulable`
+condition, or `waiting`. Volcano's enqueue check also counts the requests of other `Inqueue` gangs of the
+queue, which the exporter does not: such a gang shows `waiting` while those hold the room.
+
+Every exporter shard watches the Queues to explain the jobs it owns. A queue change is applied at the next
+scrape, once per distinct (queue, request) pair; a job's series is redone only when its reason, queue or
+resource changes.
+"""
+
+
+def pending_section() -> list[str]:
+    reasons = [f"{i}. `{reason}`: {meaning}." for i, (reason, meaning) in enumerate(pending.REASONS.items(), 1)]
+    return ["", f"## {PENDING_TITLE}", "", PENDING_INTRO.rstrip("\n"), "", *reasons, "", PENDING_OUTRO.rstrip("\n")]
 
 
 WATCHDOG_TITLE = "Watchdog metrics"
@@ -153,6 +186,7 @@ def render_metrics_doc() -> str:
         if title in GROUP_NOTES:
             out += [GROUP_NOTES[title], ""]
         out += _table(members)
+    out += pending_section()
     out += ["", f"## {WATCHDOG_TITLE}", "", WATCHDOG_NOTE, "", *_table(watchdog_families())]
     return "\n".join(out) + "\n"
 

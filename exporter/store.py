@@ -28,6 +28,7 @@ from exporter.model import Job, Pod, PodGroup, Queue
 from exporter.podrequests import Resources
 from exporter.quantity import resource_label_and_unit
 from exporter.rows import Rows, Stale, gzip_member
+from exporter.waiting import WaitingJobs
 
 NANO = 1_000_000_000
 QueuePhase = tuple[str, str]
@@ -119,6 +120,7 @@ class ExporterStore:
         # Every PodGroup's (queue, phase label), and their counts per queue: Queue status lacks them.
         self._group_phase: dict[GroupKey, QueuePhase] = {}
         self.podgroup_counts: dict[QueuePhase, int] = defaultdict(int)
+        self.waiting = WaitingJobs(served, self._group_owner)  # volcano_job_pending_reason
 
     # ---- event handlers (informer threads) --------------------------------------------------------------
 
@@ -129,11 +131,14 @@ class ExporterStore:
             if previous is not None:
                 self.aggregates.add_job(*previous, -1)
             if event_type == DELETED:
+                self.waiting.on_job(key, None)
                 self.caps.forget("jobs", key)
                 self.jobs.delete(key)
                 return
             if not self.caps.admit("jobs", key, key in self.jobs, len(self.jobs)):
+                self.waiting.on_job(key, None)
                 return
+            self.waiting.on_job(key, job)
             self.parse_problems["jobs"] += len(job.problems)
             rendered = job_families.render(job) if self.jobs.any else self._no_jobs
             if job.labels and rendered[0]:
@@ -177,13 +182,17 @@ class ExporterStore:
     def on_podgroup(self, event_type: str, group: PodGroup) -> None:
         """Rows for this shard's PodGroups; see `on_podgroup_owner` for attribution."""
         key = _key(group.namespace, group.name)
+        group_key = (group.namespace, group.name)
         with self.lock:
             if event_type == DELETED:
+                self.waiting.on_own_group(key, group_key, None)
                 self.caps.forget("podgroups", key)
                 self.podgroups.delete(key)
                 return
             if not self.caps.admit("podgroups", key, key in self.podgroups, len(self.podgroups)):
+                self.waiting.on_own_group(key, group_key, None)
                 return
+            self.waiting.on_own_group(key, group_key, group)
             self.parse_problems["podgroups"] += len(group.problems)
             self.podgroups.put(key, podgroup_families.render(group) if self.podgroups.any else self._no_groups)
 
@@ -194,12 +203,14 @@ class ExporterStore:
         counted = None if event_type == DELETED else (group.queue, queue_families.podgroup_phase_label(group.phase))
         with self.lock:
             self._count_group(group_key, counted)
-            if self._group_owner.get(group_key) == owner:
-                return
+            same_owner = self._group_owner.get(group_key) == owner
             if owner is None:
                 self._group_owner.pop(group_key, None)
             else:
                 self._group_owner[group_key] = owner
+            self.waiting.on_any_group(group_key, None if event_type == DELETED else group)
+            if same_owner:
+                return
             for pod_key in list(self._group_pods.get(group_key, ())):
                 pod, who = self._pod_state.pop(pod_key)
                 self.aggregates.add_pod(who.queue, pod.phase, pod.requests, -1)
@@ -207,9 +218,11 @@ class ExporterStore:
                 self._put_pod(pod_key, pod)
 
     def on_queue(self, event_type: str, queue: Queue) -> None:
-        if not self.emit_queues:
-            return
+        """Every shard keeps the queue tree (to explain its waiting jobs); shard 0 renders the rows."""
         with self.lock:
+            self.waiting.on_queue(queue, event_type == DELETED)
+            if not self.emit_queues:
+                return
             if event_type == DELETED:
                 self.caps.forget("queues", queue.name)
                 self.queues.delete(queue.name)
@@ -291,7 +304,8 @@ class ExporterStore:
         a 100 MB body is never built (fresh memory costs ~1 ms per MB here, in page faults)."""
         parts: list[bytes] = []
         with self.lock:
-            for rows in (self.jobs, self.podgroups, self.pods, self.queues):
+            self.waiting.refresh()
+            for rows in (self.jobs, self.waiting.rows, self.podgroups, self.pods, self.queues):
                 rows.parts(parts)
             if self.emit_queues and self.options.families.allows(queue_families.PODGROUPS.name):
                 lines = queue_families.podgroup_lines(self.podgroup_counts, self.queues.keys())
@@ -307,7 +321,8 @@ class ExporterStore:
         planned: list[bytes | Stale] = []
         derived: list[bytes] = []
         with self.lock:
-            for rows in (self.jobs, self.podgroups, self.pods, self.queues):
+            self.waiting.refresh()
+            for rows in (self.jobs, self.waiting.rows, self.podgroups, self.pods, self.queues):
                 rows.gzip_parts(planned)
             if self.emit_queues and self.options.families.allows(queue_families.PODGROUPS.name):
                 lines = queue_families.podgroup_lines(self.podgroup_counts, self.queues.keys())
@@ -331,6 +346,6 @@ class ExporterStore:
 
     def families(self) -> tuple[Family, ...]:
         """Every family this store can serve (compatibility ones with their flag), denied ones included."""
-        return (*job_families.FAMILIES, *podgroup_families.FAMILIES, *pod_families.FAMILIES,
+        return (*job_families.FAMILIES, *job_families.PENDING, *podgroup_families.FAMILIES, *pod_families.FAMILIES,
                 *(compat_families.FAMILIES if self.options.compat_ksm_fork else ()),
                 *queue_families.FAMILIES, *queue_families.COUNTED, *queue_families.DERIVED)

@@ -93,6 +93,7 @@ def run_watchdog(settings: Settings) -> int:
     from watchdog.capability.controller import CapabilityController
     from watchdog.capability.metrics import render_capability_metrics
     from watchdog.leader import make_leader
+    from watchdog.why import why_router
 
     memory.tune_allocator()  # before any thread starts (see exporter/memory.py)
     memory.start_trimmer()
@@ -129,7 +130,8 @@ def run_watchdog(settings: Settings) -> int:
                     extra_metrics=(lambda: render_capability_metrics(capability)) if capability else str)
     app = create_app(engine, settings, health, queues=queues, outbox=watchdog.outbox,
                      wake_notifier=watchdog.notifier.wake, request_made=watchdog.request_made,
-                     routers=[capability_router(engine, capability)] if capability else [])
+                     routers=[why_router(watchdog.index.why, watchdog.index_synced),
+                              *([capability_router(engine, capability)] if capability else [])])
     host, port = host_port(settings.listen)
     log.info("serving the API on %s:%d (database %s)", host, port, display_url(engine))
     server = QuietServer(uvicorn.Config(app, host=host, port=port, log_level="warning", access_log=False))

@@ -331,6 +331,14 @@ def test_prometheus_scrapes_and_joins_exporter_with_usage(tmp_path: Path,
             return None if series else "no volcano_pod_info series with a queue yet"
 
         poll("volcano_pod_info scraped", deadline, pod_info)
+
+        def pending_reasons() -> str | None:  # the default scenario has gangs stuck on the cluster and queues
+            series = prom.query('volcano_job_pending_reason{reason=~"cluster_.*|queue_.*"}')
+            return None if series else "no volcano_job_pending_reason series naming a queue or the cluster yet"
+
+        poll("volcano_job_pending_reason scraped", deadline, pending_reasons)
+        assert not prom.query("count by (namespace, job_name) (volcano_job_pending_reason) > 1"), \
+            "a job with more than one pending reason"
         info = prom.query("volcano_pod_info")
         assert all(r["value"][1] == "1" for r in info), info
         assert all(r["metric"]["job"] == EXPORTER_JOB for r in info), info
