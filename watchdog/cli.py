@@ -6,6 +6,7 @@ import argparse
 import contextlib
 import logging
 import signal
+import socket
 import sys
 from collections.abc import Iterator
 from datetime import UTC, datetime
@@ -96,6 +97,15 @@ def run_watchdog(settings: Settings) -> int:
     from watchdog.why import why_router
 
     memory.tune_allocator()  # before any thread starts (see exporter/memory.py)
+    host, port = host_port(settings.listen)
+    try:  # before anything starts: a taken port is one line and exit 2, as for the exporter
+        listener = socket.create_server((host, port), family=socket.AF_INET6 if ":" in host else socket.AF_INET,
+                                        backlog=2048)
+    except OSError as exc:
+        reason = (exc.strerror or str(exc)).split(" (while")[0]
+        print(f"volcano-watchdog: cannot listen on {host}:{port}: {reason}", file=sys.stderr)
+        return 2
+    port = listener.getsockname()[1]
     memory.start_trimmer()
     engine = make_engine(settings.database_url)
     api = api_client(settings.kubeconfig)
@@ -132,13 +142,12 @@ def run_watchdog(settings: Settings) -> int:
                      wake_notifier=watchdog.notifier.wake, request_made=watchdog.request_made,
                      routers=[why_router(watchdog.index.why, watchdog.index_synced),
                               *([capability_router(engine, capability)] if capability else [])])
-    host, port = host_port(settings.listen)
     log.info("serving the API on %s:%d (database %s)", host, port, display_url(engine))
     server = QuietServer(uvicorn.Config(app, host=host, port=port, log_level="warning", access_log=False))
     for sig in (signal.SIGINT, signal.SIGTERM):  # stop serving, then flush what the worker holds
         signal.signal(sig, lambda *_: setattr(server, "should_exit", True))
     try:
-        server.run()
+        server.run(sockets=[listener])
     finally:
         if capability is not None:
             capability.stop()
