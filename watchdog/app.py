@@ -109,7 +109,7 @@ class Watchdog:
         self.settings = settings
         self.engine = engine
         self.clock = clock
-        self.intervals = intervals or Intervals()
+        self.intervals = intervals or Intervals(rollup_bucket=settings.sources.rollup_seconds)
         detectors = settings.detectors
         self.index = ClusterIndex()
         self.histograms = HistogramBook(settings.recommendations)

@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import Any
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, SecretStr, ValidationError, field_validator
+from pydantic import BaseModel, ConfigDict, Field, SecretStr, ValidationError, field_validator, model_validator
 
 from exporter.flags import host_port
 from watchdog.capability.settings import CapabilitySettings
@@ -59,6 +59,18 @@ class Sources(Section):
 
     metrics_api: MetricsApiSource = MetricsApiSource()
     prometheus: PrometheusSource = PrometheusSource()
+    rollup_seconds: int = Field(
+        default=300, ge=1, le=3600,
+        description="Width of the stored usage rollups (one row per container and width). It must divide an hour "
+                    "(rollups are downsampled to hourly rows) and the JobIdle window must hold at least two; "
+                    "short only for demos and tests: the row count grows as it shrinks.")
+
+    @field_validator("rollup_seconds")
+    @classmethod
+    def _divides_an_hour(cls, value: int) -> int:
+        if 3600 % value:
+            raise ValueError("must divide 3600 (an hour), e.g. 60, 300 or 600")
+        return value
 
 
 class Retention(Section):
@@ -155,6 +167,16 @@ class Settings(Section):
     leader_election: LeaderElection = LeaderElection()
     capability: CapabilitySettings = CapabilitySettings()
 
+    @model_validator(mode="after")
+    def _idle_window_holds_rollups(self) -> Settings:
+        """JobIdle judges whole rollups: a window shorter than two of them never sees a full one."""
+        window, width = self.detectors.idle_window_seconds, self.sources.rollup_seconds
+        if window < 2 * width:
+            raise ValueError(f"detectors.idle_window_seconds ({window:g}) must be at least twice "
+                             f"sources.rollup_seconds ({width}): JobIdle could never fire; widen the window or "
+                             "narrow the rollups")
+        return self
+
     @field_validator("listen")
     @classmethod
     def _host_port(cls, value: str) -> str:
@@ -174,8 +196,9 @@ class Settings(Section):
 
 def _describe(error: ValidationError) -> str:
     first = error.errors()[0]
-    key = ".".join(str(part) for part in first["loc"]) or "(top level)"
-    message = f"{key}: {first['msg']}"
+    key = ".".join(str(part) for part in first["loc"])
+    text = first["msg"].removeprefix("Value error, ")
+    message = f"{key}: {text}" if key else text  # a check across keys names them itself
     # Show what was given only when it is a plain value that cannot be a credential (webhook URLs
     # carry tokens; a section's dict would carry them too).
     given = first.get("input")

@@ -91,7 +91,7 @@ def stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, Any]]:
                                f"127.0.0.1:{ports['exporter']}", ready_url=f"http://127.0.0.1:{ports['exporter']}/readyz")
             config = procs.write_yaml("watchdog.yaml", {
                 "api_token": TOKEN, "grafana_url": "http://grafana.example", "detectors": FAST_DETECTORS,
-                "sources": {"metrics_api": {"interval_seconds": 0.5},
+                "sources": {"metrics_api": {"interval_seconds": 0.5}, "rollup_seconds": 1,
                             "prometheus": {"enabled": True, "url": prom, "interval_seconds": 2, "rate_window": "30s"}},
                 "notifications": {
                     "receivers": [{"name": "inbox", "webhook": {"url": f"{inbox.url}/webhook/e2e"}}],

@@ -25,7 +25,7 @@ def fast_settings(database_url: str, **overrides: Any) -> Settings:
     flags: dict[str, Any] = {
         "database_url": database_url,
         "detectors": FAST_DETECTORS,
-        "sources": {"metrics_api": {"interval_seconds": 0.25}},
+        "sources": {"metrics_api": {"interval_seconds": 0.25}, "rollup_seconds": 1},
     }
     flags.update(overrides)
     return load(None, environ={}, **flags)

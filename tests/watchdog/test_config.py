@@ -20,7 +20,7 @@ def test_defaults_are_usable() -> None:
 def test_layers_file_then_environment_then_flags(tmp_path: Path) -> None:
     path = tmp_path / "watchdog.yaml"
     path.write_text("listen: 127.0.0.1:1\ndetectors:\n  idle_window_seconds: 100\n  idle_cpu_ratio: 0.2\n"
-                    "sources:\n  prometheus: {enabled: true, url: 'http://prom:9090'}\n")
+                    "sources:\n  rollup_seconds: 50\n  prometheus: {enabled: true, url: 'http://prom:9090'}\n")
     env = {"VOLCANO_WATCHDOG_DETECTORS__IDLE_WINDOW_SECONDS": "200", "VOLCANO_WATCHDOG_LISTEN": "127.0.0.1:2",
            "VOLCANO_WATCHDOG_NAMESPACES": "a,b", "VOLCANO_WATCHDOG_LOG_LEVEL": "DEBUG", "OTHER": "x"}
     settings = load(path, environ=env, listen="127.0.0.1:3", database_url=None)
@@ -36,7 +36,13 @@ def test_layers_file_then_environment_then_flags(tmp_path: Path) -> None:
         ("detectors: {idle_cpu_ratio: 3}", {}, "detectors.idle_cpu_ratio"),
         ("detectors: {idle_cpu_ratoi: 0.1}", {}, "detectors.idle_cpu_ratoi: Extra inputs are not permitted"),
         ("database_url: mysql://x", {}, "database_url"),
-        ("listen: nowhere", {}, "listen: Value error, expected HOST:PORT"),
+        ("listen: nowhere", {}, "listen: expected HOST:PORT"),
+        ("detectors: {idle_window_seconds: 60}", {},
+         "detectors.idle_window_seconds (60) must be at least twice sources.rollup_seconds (300)"),
+        ("sources: {rollup_seconds: 30}\ndetectors: {idle_window_seconds: 50}", {},
+         "detectors.idle_window_seconds (50) must be at least twice sources.rollup_seconds (30)"),
+        ("sources: {rollup_seconds: 70}", {}, "sources.rollup_seconds: must divide 3600"),
+        ("sources: {rollup_seconds: 0}", {}, "sources.rollup_seconds"),
         ("- a list", {}, "must hold a mapping"),
         ("a: [unclosed", {}, "not valid YAML"),
         ("", {"VOLCANO_WATCHDOG_SOURCES__PROMETHEUS__RATE_WINDOW": "5 minutes"}, "sources.prometheus.rate_window"),

@@ -37,7 +37,7 @@ def start_cli(kubeconfig: Path, database_url: str, config: Path, log: Path) -> s
 
 def test_kill_9_and_restart_fires_nothing_twice_and_loses_no_ledger_row(database_url: str, tmp_path: Path) -> None:
     config = tmp_path / "watchdog.yaml"
-    config.write_text(yaml.safe_dump({"detectors": FAST_DETECTORS,
+    config.write_text(yaml.safe_dump({"detectors": {**FAST_DETECTORS, "idle_window_seconds": 600},  # 5-min rollups
                                       "sources": {"metrics_api": {"interval_seconds": 0.5}}}))
     kubeconfig, log = tmp_path / "k.yaml", tmp_path / "watchdog.log"
     engine = make_engine(database_url)

@@ -63,7 +63,8 @@ def databases() -> Iterator[tuple[str, str]]:
 
 def config(path: Path, inbox: ChatInbox, identity: str | None) -> Path:
     settings: dict[str, Any] = {
-        "detectors": FAST_DETECTORS, "sources": {"metrics_api": {"interval_seconds": 0.2}},
+        "detectors": {**FAST_DETECTORS, "idle_window_seconds": 600},  # 5-minute rollups
+        "sources": {"metrics_api": {"interval_seconds": 0.2}},
         "notifications": {
             "receivers": [{"name": "inbox", "webhook": {"url": f"{inbox.url}/webhook/volcano"}}],
             "route": {"receiver": "inbox", "group_by": ["alertname", "namespace", "job_name", "subject"],
