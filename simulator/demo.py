@@ -11,6 +11,7 @@ import signal
 import sys
 import time
 from pathlib import Path
+from typing import Any
 
 from exporter.flags import Parser
 from simulator.stack import Stack, alertmanager_binary, alertmanager_config, prometheus_config
@@ -18,6 +19,27 @@ from simulator.stack import Stack, alertmanager_binary, alertmanager_config, pro
 ROOT = Path(__file__).resolve().parent.parent
 BIN = Path(sys.executable).parent  # the venv's scripts: printed commands must run as printed
 DEMO_TOKEN = "demo-token"
+
+
+def demo_watchdog_config(webhook: str, api_url: str, prometheus: str | None) -> dict[str, Any]:
+    """The watchdog's configuration in the demo: windows for a scenario at 10x, so that every alert
+    kind fires within five minutes (production defaults wait 10-30 minutes), 30-second usage rollups
+    (the JobIdle window must hold two), capability control in dry-run, and chat messages grouped
+    and repeated as a person would keep the channel unmuted."""
+    return {
+        "api_token": DEMO_TOKEN,
+        "sources": {"metrics_api": {"interval_seconds": 10}, "rollup_seconds": 30,
+                    "prometheus": {"enabled": prometheus is not None, "url": prometheus or "http://127.0.0.1:9090",
+                                   "interval_seconds": 15, "rate_window": "1m"}},
+        "detectors": {"gang_unschedulable_seconds": 45, "partial_gang_seconds": 45, "queue_starved_seconds": 45,
+                      "idle_window_seconds": 90, "over_requested_min_seconds": 30},
+        "capability": {"enabled": True, "mode": "dry-run", "reconcile_interval_seconds": 30,
+                       "policies": {"research-nlp": {"demand": {"window_seconds": 3600}}}},
+        "notifications": {
+            "receivers": [{"name": "demo-chat", "webhook": {"url": webhook}}],
+            "route": {"receiver": "demo-chat", "group_by": ["alertname", "queue"], "group_wait": "10s",
+                      "group_interval": "1m", "repeat_interval": "1h"},
+            "api_url": api_url}}
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -50,14 +72,8 @@ def main(argv: list[str] | None = None) -> int:
         stack.start_python("volcano-exporter", "exporter.cli", "--kubeconfig", str(kubeconfig),
                            "--listen", f"127.0.0.1:{args.exporter_port}", ready_url=exporter_url + "/readyz")
         prometheus = url(args.prometheus_port)
-        config = stack.write_yaml("watchdog.yaml", {
-            "api_token": DEMO_TOKEN,
-            "sources": {"metrics_api": {"interval_seconds": 10},
-                        "prometheus": {"enabled": with_prometheus, "url": prometheus}},
-            "notifications": {
-                "receivers": [{"name": "demo-chat", "webhook": {"url": chat_url + "/webhook/demo"}}],
-                "route": {"receiver": "demo-chat", "group_wait": "5s", "group_interval": "30s"},
-                "api_url": watchdog_url}})
+        config = stack.write_yaml("watchdog.yaml", demo_watchdog_config(
+            chat_url + "/webhook/demo", watchdog_url, prometheus if with_prometheus else None))
         stack.start_python("volcano-watchdog", "watchdog.cli", "--kubeconfig", str(kubeconfig), "--database-url",
                            f"sqlite:///{workdir / 'watchdog.db'}", "--listen", f"127.0.0.1:{args.watchdog_port}",
                            "--config", str(config), ready_url=watchdog_url + "/readyz", timeout=90)
