@@ -10,7 +10,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from exporter import selfmetrics
-from exporter.families import job, pod, podgroup, queue
+from exporter.families import cronjob, hierarchy, hypernode, job, jobflow, pod, podgroup, queue
 from exporter.families.base import Family
 from exporter.store import ExporterStore
 
@@ -76,6 +76,10 @@ GROUPS: tuple[tuple[str, tuple[Family, ...]], ...] = (
     ("PodGroups", podgroup.FAMILIES),
     ("Queues", (*queue.FAMILIES, *queue.COUNTED)),
     ("Derived per queue", queue.DERIVED),
+    ("Queue hierarchy", hierarchy.FAMILIES),
+    ("CronJobs", cronjob.FAMILIES),
+    ("HyperNodes", hypernode.FAMILIES),
+    ("JobFlows", jobflow.FAMILIES),
     ("Exporter self-metrics", selfmetrics.FAMILIES),
 )
 
@@ -84,6 +88,18 @@ GROUP_NOTES = {
               "(every shard watches all of them), because recent Volcano releases (v1.12 included) write only "
               "`allocated` and `state` into Queue status.",
     "Derived per queue": "Computed from the pods and Jobs each shard owns: sum across replicas.",
+    "Queue hierarchy": "Roll-ups along `spec.parent` (a missing parent ends a chain, a cycle is walked once). "
+                       "`volcano_queue_subtree_allocated` comes from shard 0 and sums the leaf queues only: Volcano "
+                       "already adds the children's allocation into a parent's `status.allocated` (recorded on "
+                       "`root`). `volcano_queue_subtree_pod_requests` is computed by every shard from its own pods: "
+                       "sum across replicas.",
+    "CronJobs": "`batch.volcano.sh` CronJob, served from Volcano v1.13. While a release does not serve a kind "
+                "(CronJob before v1.13, HyperNode before v1.12, JobFlow without its chart) its informer stays idle, "
+                "`volcano_exporter_resource_served` is 0 for it and readiness does not wait for it. The Jobs a "
+                "CronJob creates are Volcano Jobs owned by it; the watchdog files their history under the "
+                "CronJob's name.",
+    "HyperNodes": "`topology.volcano.sh` HyperNode, served from Volcano v1.12; cluster-scoped, emitted by shard 0.",
+    "JobFlows": "`flow.volcano.sh` JobFlow, served in every release from v1.9 where the jobflow chart is installed.",
     "Exporter self-metrics": "How the exporter itself is doing; `resource` is the informer's resource "
                              "(`pods`, `jobs.batch.volcano.sh`, ...).",
 }
