@@ -12,7 +12,7 @@ from exporter.kube.informer import DELETED
 from exporter.model import Job, Pod, PodGroup, Queue, res_dict, res_get
 from exporter.podrequests import Resources
 from watchdog.usage.samples import PodInfo
-from watchdog.workload import workload_name
+from watchdog.workload import CRON_OWNER_KIND, workload_name
 
 
 def gpu_count(resources: Resources) -> float:
@@ -32,6 +32,7 @@ class ClusterIndex:
     def __init__(self) -> None:
         self.lock = threading.Lock()
         self.job_uids: dict[tuple[str, str], str] = {}
+        self.job_workloads: dict[tuple[str, str], str] = {}  # Jobs a CronJob created: the CronJob's name
         self.groups: dict[tuple[str, str], GroupOwner] = {}
         self.pods: dict[tuple[str, str], Pod] = {}
         self.pod_workloads: dict[tuple[str, str], str] = {}  # the `workload_label` value, where pods carry it
@@ -39,10 +40,17 @@ class ClusterIndex:
 
     def on_job(self, event_type: str, job: Job) -> None:
         with self.lock:
+            key = (job.namespace, job.name)
             if event_type == DELETED:
-                self.job_uids.pop((job.namespace, job.name), None)
+                self.job_uids.pop(key, None)
+                self.job_workloads.pop(key, None)
             else:
-                self.job_uids[(job.namespace, job.name)] = job.uid
+                self.job_uids[key] = job.uid
+                if job.owner_kind == CRON_OWNER_KIND and job.owner_name:
+                    self.job_workloads[key] = workload_name(job.name, owner_kind=job.owner_kind,
+                                                            owner_name=job.owner_name)
+                else:
+                    self.job_workloads.pop(key, None)
 
     def on_podgroup(self, event_type: str, group: PodGroup) -> None:
         with self.lock:
@@ -89,7 +97,7 @@ class ClusterIndex:
                 job_uid = ""
             if not queue and group is not None:
                 queue = group.queue
-            labelled = self.pod_workloads.get((namespace, pod))
+            labelled = self.pod_workloads.get((namespace, pod)) or self.job_workloads.get((namespace, job_name))
         return PodInfo(
             job_uid=job_uid,
             job_name=job_name,
