@@ -89,10 +89,12 @@ GROUP_NOTES = {
               "`allocated` and `state` into Queue status.",
     "Derived per queue": "Computed from the pods and Jobs each shard owns: sum across replicas.",
     "Queue hierarchy": "Roll-ups along `spec.parent` (a missing parent ends a chain, a cycle is walked once). "
-                       "`volcano_queue_subtree_allocated` comes from shard 0 and sums the leaf queues only: Volcano "
-                       "already adds the children's allocation into a parent's `status.allocated` (recorded on "
-                       "`root`). `volcano_queue_subtree_pod_requests` is computed by every shard from its own pods: "
-                       "sum across replicas.",
+                       "`volcano_queue_subtree_allocated` comes from shard 0. Volcano already adds the children's "
+                       "allocation into a parent's `status.allocated` (recorded on `root`), so summing it up the "
+                       "tree would double count: per resource it is the larger of the queue's own figure and the sum "
+                       "of its children's subtree values (right where a parent's status is missing or lags). "
+                       "`volcano_queue_subtree_pod_requests` adds each queue's pods to every queue above it; every "
+                       "shard computes it from its own pods: sum across replicas.",
     "CronJobs": "`batch.volcano.sh` CronJob, served from Volcano v1.13. While a release does not serve a kind "
                 "(CronJob before v1.13, HyperNode before v1.12, JobFlow without its chart) its informer stays idle, "
                 "`volcano_exporter_resource_served` is 0 for it and readiness does not wait for it. The Jobs a "

@@ -1,13 +1,16 @@
 """Queue hierarchy roll-ups: for each queue, what its whole subtree holds and waits for.
 
 Queues form a tree through `spec.parent` (every queue but `root` names one: v1.12's controller
-fills in `root`, and `exporter.model` does the same for a queue without it). Only leaf queues run
-jobs. Two per-queue amounts exist, and they roll up differently:
+fills in `root`, and `exporter.model` does the same for a queue without it). Volcano runs jobs in leaf
+queues only (its hierarchy design: parents accept no submissions). Two per-queue amounts exist, and
+they roll up differently:
 
 - `status.allocated` is written by Volcano for every queue, and a parent's already includes its
-  children's (recorded: `root` reports the sum of its children). Summing it up the tree would
-  count a job once per ancestor, so the subtree's allocation is the sum over the **leaf** queues
-  of the subtree (a leaf's own allocation for a leaf).
+  children's (recorded on v1.12: `root` reports the sum of its children). Summing it up the tree
+  would count a job once per ancestor. The subtree's allocation is, per resource, the larger of the
+  queue's own `status.allocated` and the sum of its children's subtree values: the parent's own
+  figure where Volcano rolled it up (jobs a parent runs itself included), the children's sum where
+  the parent's status is missing or lags (a `root` not yet written, a new parent).
 - The pod requests of `volcano_queue_pod_requests` are derived from pods, each counted in the one
   queue it names, so a subtree's is its own plus all of its descendants'.
 
@@ -29,8 +32,8 @@ NANO = 1_000_000_000
 
 SUBTREE_ALLOCATED = Family(
     "volcano_queue_subtree_allocated",
-    "Resources allocated in the Queue's subtree: the sum of status.allocated over the leaf queues under it "
-    "(itself when it is a leaf); a parent's own status.allocated already includes its children's.",
+    "Resources allocated in the Queue's subtree: per resource the larger of its own status.allocated (which "
+    "Volcano already rolls up from the children) and the sum of its children's subtree values.",
     resource_labels("queue"))
 SUBTREE_POD_REQUESTS = Family(
     "volcano_queue_subtree_pod_requests",
@@ -52,21 +55,39 @@ def ancestors(queue: str, parents: Mapping[str, str]) -> list[str]:
     return chain
 
 
-def leaves(parents: Mapping[str, str]) -> set[str]:
-    """Queues no other queue names as its parent: the ones that run jobs."""
-    inner = {parent for name, parent in parents.items() if parent and parent != name}
-    return set(parents) - inner
+def children(parents: Mapping[str, str]) -> dict[str, list[str]]:
+    out: dict[str, list[str]] = defaultdict(list)
+    for name, parent in parents.items():
+        if parent in parents and parent != name:
+            out[parent].append(name)
+    return out
 
 
 def subtree_allocated(parents: Mapping[str, str], allocated: Mapping[str, Resources]) -> dict[str, dict[str, int]]:
-    """Per queue, nano-units per resource summed over the leaves of its subtree."""
-    out: dict[str, dict[str, int]] = {name: {} for name in parents}
-    for leaf in leaves(parents):
-        for name, amount in allocated.get(leaf, ()):
-            nano = round(amount * NANO)
-            for queue in ancestors(leaf, parents):
-                out[queue][name] = out[queue].get(name, 0) + nano
-    return out
+    """Per queue, nano-units per resource: max(own status.allocated, sum over the children's subtrees).
+    A child met again on the way down (a cycle) adds nothing."""
+    below = children(parents)
+    done: dict[str, dict[str, int]] = {}
+
+    def visit(queue: str, path: set[str]) -> dict[str, int]:
+        if queue in done:
+            return done[queue]
+        total: dict[str, int] = {}
+        path.add(queue)
+        for child in below.get(queue, ()):
+            if child in path:
+                continue
+            for name, nano in visit(child, path).items():
+                total[name] = total.get(name, 0) + nano
+        path.discard(queue)
+        for name, amount in allocated.get(queue, ()):
+            total[name] = max(total.get(name, 0), round(amount * NANO))
+        done[queue] = total
+        return total
+
+    for queue in parents:
+        visit(queue, set())
+    return done
 
 
 def subtree_pod_requests(parents: Mapping[str, str], sums: Mapping[tuple[str, str], Mapping[str, int]]
