@@ -75,16 +75,28 @@ def settled(sim: SimulatorThread, exporter: Exporter) -> dict[Series, float]:
 
 def test_podgroup_counts_equal_the_podgroups_in_each_phase(cluster: tuple[str | None, SimulatorThread, Exporter]
                                                            ) -> None:
+    """Checked on the listed state, then again after the scenario moved on under the exporter's watch."""
     _, sim, exporter = cluster
-    s = settled(sim, exporter)
-    groups = objects(sim, R.PODGROUPS)
-    expected = Counter((g["spec"]["queue"], (g.get("status", {}).get("phase") or "Pending").lower()) for g in groups)
-    assert len(groups) >= 8 and len({phase for _, phase in expected}) >= 3
-    for q in objects(sim, R.QUEUES):
-        name = q["metadata"]["name"]
-        for phase in PHASES:
-            assert value(s, "volcano_queue_status_podgroups", queue=name, phase=phase) == expected[(name, phase)]
-    assert sum(v for _, v in select(s, "volcano_queue_status_podgroups").items()) == len(groups)
+    before: dict[str, str] = {}
+    for round_ in range(2):
+        s = settled(sim, exporter)
+        groups = objects(sim, R.PODGROUPS)
+        phases = {g["metadata"]["name"]: (g.get("status", {}).get("phase") or "Pending").lower() for g in groups}
+        expected = Counter((g["spec"]["queue"], phases[g["metadata"]["name"]]) for g in groups)
+        assert len(groups) >= 8 and len(set(phases.values())) >= 3
+        for q in objects(sim, R.QUEUES):
+            name = q["metadata"]["name"]
+            for phase in PHASES:
+                assert value(s, "volcano_queue_status_podgroups", queue=name, phase=phase) == expected[(name, phase)]
+        assert sum(select(s, "volcano_queue_status_podgroups").values()) == len(groups)
+        if round_:
+            assert phases != before  # groups came, went or changed phase while watched
+            break
+        before = phases
+        deadline = time.monotonic() + 1.5  # 15 scenario minutes
+        while time.monotonic() < deadline:
+            time.sleep(0.1)
+            sim.tick()
 
 
 def test_queue_priority_and_dequeue_strategy(cluster: tuple[str | None, SimulatorThread, Exporter]) -> None:
