@@ -26,7 +26,6 @@ from collections.abc import Iterable, Mapping
 
 from exporter.families.base import Family, resource_labels
 from exporter.podrequests import Resources
-from exporter.quantity import resource_label_and_unit
 
 NANO = 1_000_000_000
 
@@ -104,12 +103,10 @@ def subtree_pod_requests(parents: Mapping[str, str], sums: Mapping[tuple[str, st
 
 
 def _lines(family: Family, rows: Iterable[tuple[tuple[str, ...], Mapping[str, int]]]) -> str:
-    lines = []
-    for values, resources in rows:
-        for name, nano in sorted(resources.items()):
-            label, unit = resource_label_and_unit(name)
-            lines.append(family.line((*values, label, unit), nano / NANO))
-    return "".join(lines)
+    """Through `Family.resource_lines`, whose per-resource suffixes are cached: equal sums (all the
+    zeros, a parent equal to its only child) render once."""
+    return "".join(family.resource_lines(values, tuple(sorted((name, nano / NANO) for name, nano in resources.items())))
+                   for values, resources in rows)
 
 
 def write(out: list[bytes], parents: Mapping[str, str], allocated: Mapping[str, Resources] | None,
