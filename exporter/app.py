@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import threading
 import time
@@ -11,12 +12,15 @@ from typing import Any
 from kubernetes import client
 
 from exporter import selfmetrics
+from exporter.cardinality import DEFAULTS, Options
+from exporter.families.compat import parse_containers
 from exporter.kinds import parse_cronjob, parse_hypernode, parse_jobflow
 from exporter.kube import informer as inf
 from exporter.kube.informer import Backoff, Informer
 from exporter.kube.resources import CRONJOBS, HYPERNODES, JOBFLOWS, JOBS, PODGROUPS, PODS, QUEUES, ResourceKind
-from exporter.model import PodGroup, Queue, parse_job, parse_pod, parse_podgroup, parse_queue
+from exporter.model import Job, Pod, PodGroup, Queue, parse_job, parse_pod, parse_podgroup, parse_queue
 from exporter.podview import is_volcano_pod
+from exporter.rows import gzip_member
 from exporter.sharding import owns, raw_uid
 from exporter.store import ExporterStore
 
@@ -24,8 +28,8 @@ from exporter.store import ExporterStore
 class Exporter:
     def __init__(self, api: client.ApiClient, namespaces: Sequence[str] = (), shard: int = 0, total_shards: int = 1,
                  backoff_base: float = 0.5, backoff_cap: float = 30.0, forbidden_retry_seconds: float = 60.0,
-                 watch_timeout_seconds: int = 300) -> None:
-        self.store = ExporterStore(emit_queues=shard == 0)
+                 watch_timeout_seconds: int = 300, options: Options = DEFAULTS) -> None:
+        self.store = ExporterStore(emit_queues=shard == 0, options=options)
         self.informers: list[Informer[Any]] = []
         self._scrape_seconds = 0.0
         self._scrapes = 0
@@ -43,12 +47,13 @@ class Exporter:
                 informer.add_handler(handler)
                 self.informers.append(informer)
 
-        pod_view = functools.partial(parse_pod, statuses=False)  # the exporter renders no container status
+        pod_view = pod_transform(options, compat=self.store.compat)
+        job_view = job_transform(options)
         if total_shards > 1:
-            add(JOBS, parse_job, self.store.on_job, lambda raw: mine(raw_uid(raw)))
+            add(JOBS, job_view, self.store.on_job, lambda raw: mine(raw_uid(raw)))
             add(PODS, pod_view, self.store.on_pod, lambda raw: is_volcano_pod(raw) and mine(raw_uid(raw)))
         else:  # one replica: no UID hashing on the hot path
-            add(JOBS, parse_job, self.store.on_job, None)
+            add(JOBS, job_view, self.store.on_job, None)
             add(PODS, pod_view, self.store.on_pod, is_volcano_pod)
 
         def on_podgroup(event_type: str, group: PodGroup) -> None:
@@ -94,11 +99,59 @@ class Exporter:
         started = time.perf_counter()
         yield from self.store.chunks()
         with self._scrape_lock:
-            yield selfmetrics.render(self.informers, dict(self.store.parse_problems), self._scrape_seconds,
-                                     self._scrapes).encode()
+            yield self._self_metrics()
             self._scrape_seconds = time.perf_counter() - started
             self._scrapes += 1
+
+    def scrape_gzip_chunks(self) -> Iterator[bytes]:
+        """The /metrics body as gzip members, most of them cached (see exporter/rows.py)."""
+        started = time.perf_counter()
+        yield from self.store.gzip_chunks()
+        with self._scrape_lock:
+            yield gzip_member(self._self_metrics())
+            self._scrape_seconds = time.perf_counter() - started
+            self._scrapes += 1
+
+    def _self_metrics(self) -> bytes:
+        """The self-metrics (the scrape lock held)."""
+        with self.store.lock:
+            dropped = dict(self.store.caps.dropped)
+        return selfmetrics.render(self.informers, dict(self.store.parse_problems), self._scrape_seconds,
+                                  self._scrapes, dropped).encode()
 
     def scrape(self) -> bytes:
         """The whole body at once (tests and tools; the server streams `scrape_chunks`)."""
         return b"".join(self.scrape_chunks())
+
+
+def pod_transform(options: Options, compat: bool) -> Callable[[Any], Pod]:
+    """Raw pod -> the exporter's Pod view: no container statuses (nothing renders them) unless the
+    compatibility families need them, and the Kubernetes labels --metric-labels-allowlist asks for."""
+    labels = options.labels.wants("pods")
+    if not labels and not compat:
+        return functools.partial(parse_pod, statuses=False)
+
+    def view(raw: Any) -> Pod:
+        pod = parse_pod(raw, statuses=False)
+        if labels:
+            pod.labels = options.labels.select("pods", raw)
+        if compat:
+            probs: list[str] = []
+            pod.containers = parse_containers(raw, probs)
+            if probs:
+                pod.problems += tuple(probs)
+        return pod
+
+    return view
+
+
+def job_transform(options: Options) -> Callable[[Any], Job]:
+    if not options.labels.wants("jobs"):
+        return parse_job
+
+    def view(raw: Any) -> Job:
+        job = parse_job(raw)
+        labels = options.labels.select("jobs", raw)
+        return dataclasses.replace(job, labels=labels) if labels else job
+
+    return view

@@ -10,7 +10,8 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from exporter import selfmetrics
-from exporter.families import cronjob, hierarchy, hypernode, job, jobflow, pod, podgroup, queue
+from exporter.cardinality import Options
+from exporter.families import compat, cronjob, hierarchy, hypernode, job, jobflow, pod, podgroup, queue
 from exporter.families.base import Family
 from exporter.store import ExporterStore
 
@@ -67,6 +68,15 @@ series (`volcano_queue_info`, `volcano_queue_spec_*`, `volcano_queue_status_*`) 
 The derived per-queue families `volcano_queue_pod_requests` and `volcano_queue_jobs` are computed by
 every shard from its own objects: sum them across replicas, e.g.
 `sum by (queue, phase, resource, unit) (volcano_queue_pod_requests)`.
+
+## Choosing what is served
+
+As in kube-state-metrics ([exporter.md](exporter.md#cardinality)): `--metric-allowlist` or
+`--metric-denylist` (exact names or anchored regular expressions; self-metrics are always served) drop
+whole families; `--metric-labels-allowlist pods=[team],jobs=[*]` adds the chosen Kubernetes labels to
+`volcano_pod_info` and `volcano_job_info` as `label_<name>` (sanitized, collisions suffixed `_conflictN`);
+`--max-objects` caps the objects per kind that get series and counts the rest in
+`volcano_exporter_objects_dropped_total`.
 """
 
 # Which tables the families go into, in order; anything not listed lands in "Other" (and shows in the diff).
@@ -80,6 +90,7 @@ GROUPS: tuple[tuple[str, tuple[Family, ...]], ...] = (
     ("CronJobs", cronjob.FAMILIES),
     ("HyperNodes", hypernode.FAMILIES),
     ("JobFlows", jobflow.FAMILIES),
+    ("Compatibility: Volcano's kube-state-metrics fork", compat.FAMILIES),
     ("Exporter self-metrics", selfmetrics.FAMILIES),
 )
 
@@ -102,6 +113,11 @@ GROUP_NOTES = {
                 "CronJob's name.",
     "HyperNodes": "`topology.volcano.sh` HyperNode, served from Volcano v1.12; cluster-scoped, emitted by shard 0.",
     "JobFlows": "`flow.volcano.sh` JobFlow, served in every release from v1.9 where the jobflow chart is installed.",
+    "Compatibility: Volcano's kube-state-metrics fork": (
+        "Only with `--compat-kube-state-metrics-fork`: the names and labels of Volcano's forked kube-state-metrics, "
+        "which the five dashboards of Volcano's own chart query (with `job=\"kube-state-metrics\"`). The only "
+        "families not named `volcano_*`; [compat.md](compat.md) has the mapping, the differences and the "
+        "scrape configuration."),
     "Exporter self-metrics": "How the exporter itself is doing; `resource` is the informer's resource "
                              "(`pods`, `jobs.batch.volcano.sh`, ...).",
 }
@@ -124,8 +140,9 @@ def watchdog_families() -> tuple[Family, ...]:
 
 
 def all_families() -> tuple[Family, ...]:
-    """Every family the exporter can serve: the store's (object and derived) and the self-metrics."""
-    return (*ExporterStore().families(), *selfmetrics.FAMILIES)
+    """Every family the exporter can serve: the store's (object and derived, the compatibility families
+    included) and the self-metrics."""
+    return (*ExporterStore(options=Options(compat_ksm_fork=True)).families(), *selfmetrics.FAMILIES)
 
 
 def _cell(text: str) -> str:

@@ -130,6 +130,7 @@ class Job:
     finish_phase: str
     requests: Resources  # sum over tasks of replicas x per-replica request
     problems: tuple[str, ...] = ()
+    labels: tuple[tuple[str, str], ...] = ()  # chosen by --metric-labels-allowlist (exporter/cardinality.py)
 
     @property
     def podgroup(self) -> str:

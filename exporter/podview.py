@@ -15,6 +15,7 @@ from exporter._read import (
     shown,
     timestamp,
 )
+from exporter.families.compat import Containers
 from exporter.podrequests import Resources, pod_resources
 
 __all__ = ["Pod", "Termination", "is_volcano_pod", "parse_pod"]
@@ -62,6 +63,11 @@ class Pod:
     terminations: tuple[Termination, ...]
     start_time: float | None
     problems: tuple[str, ...] = ()
+    # Only with the exporter's options (see exporter/cardinality.py): Kubernetes labels chosen by
+    # --metric-labels-allowlist as (prometheus label, value), and the per-container view of
+    # --compat-kube-state-metrics-fork. Empty otherwise.
+    labels: tuple[tuple[str, str], ...] = ()
+    containers: Containers | None = None
 
     @property
     def is_volcano(self) -> bool:

@@ -12,10 +12,12 @@ from __future__ import annotations
 import threading
 import weakref
 from collections import defaultdict
-from collections.abc import Callable, Iterator, KeysView, Sequence
+from collections.abc import Callable, Iterator
 from functools import lru_cache
 from typing import Any
 
+from exporter.cardinality import ALL, DEFAULTS, FamilyFilter, ObjectCaps, Options, with_labels
+from exporter.families import compat as compat_families
 from exporter.families import cronjob as cronjob_families
 from exporter.families import hierarchy
 from exporter.families import hypernode as hypernode_families
@@ -24,12 +26,14 @@ from exporter.families import jobflow as jobflow_families
 from exporter.families import pod as pod_families
 from exporter.families import podgroup as podgroup_families
 from exporter.families import queue as queue_families
-from exporter.families.base import Family
+from exporter.families.base import Family, escape
+from exporter.families.compat import NO_CONTAINERS
 from exporter.kinds import CronJob, HyperNode, JobFlow
 from exporter.kube.informer import DELETED
 from exporter.model import Job, Pod, PodGroup, Queue
 from exporter.podrequests import Resources
 from exporter.quantity import resource_label_and_unit
+from exporter.rows import Rows, Stale, gzip_member
 
 NANO = 1_000_000_000
 QueuePhase = tuple[str, str]
@@ -44,40 +48,6 @@ OTHER_KINDS: dict[str, tuple[tuple[Family, ...], Callable[[Any], tuple[str, ...]
 }
 
 
-class Rows:
-    """Rendered samples per family, keyed by object."""
-
-    def __init__(self, families: Sequence[Family]) -> None:
-        self.families = tuple(families)
-        self.headers = [f.header.encode() for f in self.families]
-        self.rows: list[dict[str, bytes]] = [{} for _ in self.families]
-
-    def put(self, key: str, rendered: Sequence[str]) -> None:
-        for rows, text in zip(self.rows, rendered, strict=True):
-            if text:
-                rows[key] = text.encode()
-            else:
-                rows.pop(key, None)
-
-    def delete(self, key: str) -> None:
-        for rows in self.rows:
-            rows.pop(key, None)
-
-    def parts(self, out: list[bytes]) -> None:
-        """Headers and row references, not joined (see `ExporterStore.chunks`)."""
-        for header, rows in zip(self.headers, self.rows, strict=True):
-            if rows:
-                out.append(header)
-                out.extend(rows.values())
-
-    def keys(self) -> KeysView[str]:
-        """The objects that have rows (every family's first one is always rendered)."""
-        return self.rows[0].keys()
-
-    def __len__(self) -> int:
-        return len(self.rows[0])
-
-
 @lru_cache(maxsize=65536)
 def _nano(resources: Resources) -> tuple[tuple[str, int], ...]:
     """Resource amounts in integer nano-units; the model shares equal request tuples, so this is cached."""
@@ -89,7 +59,8 @@ class QueueAggregates:
 
     POD_PHASES = {"Pending": "pending", "Running": "running"}
 
-    def __init__(self) -> None:
+    def __init__(self, served: FamilyFilter = ALL) -> None:
+        self.served = served
         self.pod_requests: dict[QueuePhase, dict[str, int]] = defaultdict(lambda: defaultdict(int))
         self.pod_counts: dict[QueuePhase, int] = defaultdict(int)
         self.jobs: dict[QueuePhase, int] = defaultdict(int)
@@ -114,14 +85,15 @@ class QueueAggregates:
 
     def write(self, out: list[bytes]) -> None:
         lines = []
-        for (queue, phase), sums in sorted(self.pod_requests.items()):
+        for (queue, phase), sums in sorted(self.pod_requests.items()) \
+                if self.served.allows(queue_families.POD_REQUESTS.name) else ():
             for name, nano in sorted(sums.items()):
                 label, unit = resource_label_and_unit(name)
                 lines.append(queue_families.POD_REQUESTS.line((queue, phase, label, unit), nano / NANO))
-        if lines:
+        if lines and self.served.allows(queue_families.POD_REQUESTS.name):
             out.append(queue_families.POD_REQUESTS.header.encode())
             out.append("".join(lines).encode())
-        if self.jobs:
+        if self.jobs and self.served.allows(queue_families.JOBS.name):
             out.append(queue_families.JOBS.header.encode())
             out.append("".join(queue_families.JOBS.line(k, n) for k, n in sorted(self.jobs.items())).encode())
 
@@ -131,14 +103,22 @@ def _key(namespace: str, name: str) -> str:
 
 
 class ExporterStore:
-    def __init__(self, emit_queues: bool = True) -> None:
+    def __init__(self, emit_queues: bool = True, options: Options = DEFAULTS) -> None:
         self.lock = threading.Lock()
         self.emit_queues = emit_queues
-        self.jobs = Rows(job_families.FAMILIES)
-        self.pods = Rows(pod_families.FAMILIES)
-        self.podgroups = Rows(podgroup_families.FAMILIES)
-        self.queues = Rows(queue_families.FAMILIES)
-        self.aggregates = QueueAggregates()
+        self.options = options
+        served = options.families
+        self.compat = options.compat_ksm_fork and any(served.allows(f.name) for f in compat_families.FAMILIES)
+        self.jobs = Rows(job_families.FAMILIES, served=served)
+        self.pods = Rows((*pod_families.FAMILIES, *(compat_families.FAMILIES if self.compat else ())), served=served)
+        self.podgroups = Rows(podgroup_families.FAMILIES, served=served)
+        self.queues = Rows(queue_families.FAMILIES, served=served)
+        self.aggregates = QueueAggregates(served)
+        self._pod_wanted = self.pods.enabled[:len(pod_families.FAMILIES)]
+        self._no_jobs = ("",) * len(job_families.FAMILIES)
+        self._no_groups = ("",) * len(podgroup_families.FAMILIES)
+        self._no_queues = ("",) * len(queue_families.FAMILIES)
+        self.caps = ObjectCaps(options.max_objects)
         self.parse_problems: dict[str, int] = defaultdict(int)  # by resource
         self._job_state: dict[str, tuple[str, str]] = {}  # key -> (queue, phase) counted
         self._pod_state: dict[str, tuple[Pod, pod_families.Attribution]] = {}
@@ -155,7 +135,7 @@ class ExporterStore:
         # The queue tree (every shard: each rolls its own pod sums up it) and each queue's allocation.
         self._queue_parents: dict[str, str] = {}
         self._queue_allocated: dict[str, Resources] = {}
-        self.others = {name: Rows(families) for name, (families, _) in OTHER_KINDS.items()}
+        self.others = {name: Rows(families, served=served) for name, (families, _) in OTHER_KINDS.items()}
 
     # ---- event handlers (informer threads) --------------------------------------------------------------
 
@@ -166,10 +146,16 @@ class ExporterStore:
             if previous is not None:
                 self.aggregates.add_job(*previous, -1)
             if event_type == DELETED:
+                self.caps.forget("jobs", key)
                 self.jobs.delete(key)
                 return
+            if not self.caps.admit("jobs", key, key in self.jobs, len(self.jobs)):
+                return
             self.parse_problems["jobs"] += len(job.problems)
-            self.jobs.put(key, job_families.render(job))
+            rendered = job_families.render(job) if self.jobs.any else self._no_jobs
+            if job.labels and rendered[0]:
+                rendered = (with_labels(rendered[0], job.labels), *rendered[1:])
+            self.jobs.put(key, rendered)
             if job.phase:
                 self._job_state[key] = (job.queue, job.phase)
                 self.aggregates.add_job(job.queue, job.phase, 1)
@@ -179,9 +165,12 @@ class ExporterStore:
         with self.lock:
             previous = self._pod_state.pop(key, None)
             if event_type == DELETED:
+                self.caps.forget("pods", key)
                 if previous is not None:
                     self._forget_pod(key, *previous)
                 self.pods.delete(key)
+                return
+            if previous is None and not self.caps.admit("pods", key, False, len(self._pod_state)):
                 return
             if previous is not None and not pod.problems \
                     and pod_families.exported(previous[0]) == pod_families.exported(pod):
@@ -196,7 +185,7 @@ class ExporterStore:
                     self.aggregates.add_pod(who.queue, old.phase, old.requests, -1)
                     self.aggregates.add_pod(who.queue, pod.phase, pod.requests, 1)
                 self._pod_state[key] = (pod, who)
-                self.pods.put(key, pod_families.render(pod, who))
+                self.pods.put(key, self._render_pod(pod, who))
                 return
             if previous is not None:
                 self._forget_pod(key, *previous)
@@ -207,10 +196,13 @@ class ExporterStore:
         key = _key(group.namespace, group.name)
         with self.lock:
             if event_type == DELETED:
+                self.caps.forget("podgroups", key)
                 self.podgroups.delete(key)
                 return
+            if not self.caps.admit("podgroups", key, key in self.podgroups, len(self.podgroups)):
+                return
             self.parse_problems["podgroups"] += len(group.problems)
-            self.podgroups.put(key, podgroup_families.render(group))
+            self.podgroups.put(key, podgroup_families.render(group) if self.podgroups.any else self._no_groups)
 
     def on_podgroup_owner(self, event_type: str, group: PodGroup) -> None:
         """Every PodGroup, in every shard: where pods naming only their group belong."""
@@ -236,10 +228,13 @@ class ExporterStore:
             return
         with self.lock:
             if event_type == DELETED:
+                self.caps.forget("queues", queue.name)
                 self.queues.delete(queue.name)
                 return
+            if not self.caps.admit("queues", queue.name, queue.name in self.queues, len(self.queues)):
+                return
             self.parse_problems["queues"] += len(queue.problems)
-            self.queues.put(queue.name, queue_families.render(queue))
+            self.queues.put(queue.name, queue_families.render(queue) if self.queues.any else self._no_queues)
 
     def on_queue_tree(self, event_type: str, queue: Queue) -> None:
         """Every Queue, in every shard: where it sits in the hierarchy, for the subtree roll-ups."""
@@ -260,7 +255,8 @@ class ExporterStore:
                 rows.delete(key)
                 return
             self.parse_problems[resource] += len(view.problems)
-            rows.put(key, OTHER_KINDS[resource][1](view))
+            if rows.any:  # else every family of the kind is denied: nothing to render
+                rows.put(key, OTHER_KINDS[resource][1](view))
 
     # ---- internals (lock held) -------------------------------------------------------------------------
 
@@ -298,7 +294,17 @@ class ExporterStore:
         who = self._attribute(pod, key)
         self._pod_state[key] = (pod, who)
         self.aggregates.add_pod(who.queue, pod.phase, pod.requests, 1)
-        self.pods.put(key, pod_families.render(pod, who))
+        self.pods.put(key, self._render_pod(pod, who))
+
+    def _render_pod(self, pod: Pod, who: pod_families.Attribution) -> tuple[str, ...]:
+        rendered = pod_families.render(pod, who, self._pod_wanted)
+        if pod.labels and rendered[0]:
+            rendered = (with_labels(rendered[0], pod.labels), *rendered[1:])
+        if self.compat:
+            values = (pod.namespace, pod.name, pod.node_name, who.job_name, who.queue)
+            ns, name, node, job_name, queue = (escape(v) for v in values)
+            rendered += compat_families.render(ns, name, node, job_name, queue, pod.containers or NO_CONTAINERS)
+        return rendered
 
     def _forget_pod(self, key: str, old: Pod, who: pod_families.Attribution) -> None:
         self.aggregates.add_pod(who.queue, old.phase, old.requests, -1)
@@ -326,19 +332,57 @@ class ExporterStore:
         with self.lock:
             for rows in (self.jobs, self.podgroups, self.pods, self.queues):
                 rows.parts(parts)
-            if self.emit_queues:
+            if self.emit_queues and self.options.families.allows(queue_families.PODGROUPS.name):
                 lines = queue_families.podgroup_lines(self.podgroup_counts, self.queues.keys())
                 if lines:
                     parts += (queue_families.PODGROUPS.header.encode(), lines.encode())
             self.aggregates.write(parts)
-            for other in self.others.values():
-                other.parts(parts)
-            hierarchy.write(parts, self._queue_parents, self._queue_allocated if self.emit_queues else None,
-                            self.aggregates.pod_requests)
+            self._write_release_kinds(parts)
         for start in range(0, len(parts), batch):
             yield b"".join(parts[start:start + batch])
 
+    def gzip_chunks(self) -> Iterator[bytes]:
+        """The exposition as gzip members (see exporter/rows.py): the blocks unchanged since the last
+        scrape come from the cache, the others are compressed outside the lock and cached after."""
+        planned: list[bytes | Stale] = []
+        derived: list[bytes] = []
+        with self.lock:
+            for rows in (self.jobs, self.podgroups, self.pods, self.queues):
+                rows.gzip_parts(planned)
+            if self.emit_queues and self.options.families.allows(queue_families.PODGROUPS.name):
+                lines = queue_families.podgroup_lines(self.podgroup_counts, self.queues.keys())
+                if lines:
+                    derived += (queue_families.PODGROUPS.header.encode(), lines.encode())
+            self.aggregates.write(derived)
+            for other in self.others.values():
+                other.gzip_parts(planned)
+            hierarchy.write(derived, self._queue_parents, self._queue_allocated if self.emit_queues else None,
+                            self.aggregates.pod_requests, self.options.families.allows)
+        fresh: list[tuple[Stale, bytes]] = []
+        for part in planned:
+            if isinstance(part, Stale):
+                member = part.compress()
+                fresh.append((part, member))
+                yield member
+            else:
+                yield part
+        if derived:
+            yield gzip_member(b"".join(derived))
+        if fresh:
+            with self.lock:
+                for stale, member in fresh:
+                    stale.rows.keep(stale, member)
+
+    def _write_release_kinds(self, parts: list[bytes]) -> None:
+        """CronJob, HyperNode, JobFlow rows and the queue subtree roll-ups (lock held)."""
+        for other in self.others.values():
+            other.parts(parts)
+        hierarchy.write(parts, self._queue_parents, self._queue_allocated if self.emit_queues else None,
+                        self.aggregates.pod_requests, self.options.families.allows)
+
     def families(self) -> tuple[Family, ...]:
+        """Every family this store can serve (compatibility ones with their flag), denied ones included."""
         return (*job_families.FAMILIES, *podgroup_families.FAMILIES, *pod_families.FAMILIES,
+                *(compat_families.FAMILIES if self.options.compat_ksm_fork else ()),
                 *queue_families.FAMILIES, *queue_families.COUNTED, *queue_families.DERIVED, *hierarchy.FAMILIES,
                 *(family for families, _ in OTHER_KINDS.values() for family in families))

@@ -12,7 +12,8 @@ from kubernetes import client
 from exporter.kube.config import api_client
 from simulator.runtime import SimulatorThread, write_kubeconfig
 
-# ../shared next to the checkout; from a git worktree (/work/wt/<name>) the nearest `shared` above it.
+# ../shared next to the checkout (/work/main -> /work/shared); a git worktree one level deeper
+# (/work/wt/NAME) finds the same directory further up.
 SHARED = next((p / "shared" for p in Path(__file__).resolve().parents[1:] if (p / "shared" / "volcano").is_dir()),
               Path(__file__).resolve().parents[1].parent / "shared")
 

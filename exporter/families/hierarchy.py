@@ -22,7 +22,7 @@ Computed at scrape time: there are tens to hundreds of queues, and the walk is O
 from __future__ import annotations
 
 from collections import defaultdict
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 
 from exporter.families.base import Family, resource_labels
 from exporter.podrequests import Resources
@@ -110,12 +110,16 @@ def _lines(family: Family, rows: Iterable[tuple[tuple[str, ...], Mapping[str, in
 
 
 def write(out: list[bytes], parents: Mapping[str, str], allocated: Mapping[str, Resources] | None,
-          pod_requests: Mapping[tuple[str, str], Mapping[str, int]]) -> None:
-    """Both families appended to `out` (the allocation only when `allocated` is given: shard 0)."""
-    if allocated is not None:
+          pod_requests: Mapping[tuple[str, str], Mapping[str, int]],
+          allows: Callable[[str], bool] = lambda name: True) -> None:
+    """Both families appended to `out` (the allocation only when `allocated` is given: shard 0), each
+    only if `allows` its name (--metric-allowlist / --metric-denylist)."""
+    if allocated is not None and allows(SUBTREE_ALLOCATED.name):
         text = _lines(SUBTREE_ALLOCATED, (((q,), r) for q, r in sorted(subtree_allocated(parents, allocated).items())))
         if text:
             out += (SUBTREE_ALLOCATED.header.encode(), text.encode())
+    if not allows(SUBTREE_POD_REQUESTS.name):
+        return
     text = _lines(SUBTREE_POD_REQUESTS, sorted(subtree_pod_requests(parents, pod_requests).items()))
     if text:
         out += (SUBTREE_POD_REQUESTS.header.encode(), text.encode())

@@ -3,6 +3,7 @@ fields of older releases absent (no series), malformed input reported, never rai
 
 from __future__ import annotations
 
+import gzip
 from typing import Any
 
 import pytest
@@ -16,7 +17,8 @@ from exporter.kinds import (
     parse_hypernode,
     parse_jobflow,
 )
-from exporter.model import parse_podgroup
+from exporter.model import parse_podgroup, parse_queue
+from exporter.store import ExporterStore
 from tests.exporter import objects
 from tests.exporter.test_model import ts
 from tests.exporter.test_prometheus import parse_text
@@ -147,3 +149,19 @@ def test_malformed_fields_are_reported_not_raised(kind: str, parse: Any, broken:
     assert parse_text("".join(render(view)))  # still rendered, with defaults
     for junk in (3, "x", [], {"spec": []}):  # not an object at all, or a spec of the wrong type
         assert parse(junk).problems
+
+
+def test_gzip_scrapes_carry_the_newer_kinds_and_the_roll_ups() -> None:
+    """Prometheus asks for gzip: its body (cached members) must hold what the plain one does."""
+    store = ExporterStore()
+    store.on_other("cronjobs", "ADDED", parse_cronjob(objects.full_cronjob()))
+    store.on_other("hypernodes", "ADDED", parse_hypernode(objects.full_hypernode()))
+    store.on_other("jobflows", "ADDED", parse_jobflow(objects.full_jobflow()))
+    store.on_queue_tree("ADDED", parse_queue(objects.full_queue()))
+    plain = b"".join(store.chunks())
+    for name in (b"volcano_cronjob_info", b"volcano_hypernode_info", b"volcano_jobflow_status_phase",
+                 b"volcano_queue_subtree_allocated"):
+        assert name in plain
+    assert gzip.decompress(b"".join(store.gzip_chunks())) == plain
+    store.on_other("cronjobs", "DELETED", parse_cronjob(objects.full_cronjob()))
+    assert b"volcano_cronjob_info{" not in gzip.decompress(b"".join(store.gzip_chunks()))

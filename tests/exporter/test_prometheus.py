@@ -209,12 +209,15 @@ def free_port() -> int:
 
 
 class Prometheus:
-    def __init__(self, binary: str, workdir: Path, targets: dict[str, str]) -> None:
+    def __init__(self, binary: str, workdir: Path, targets: dict[str, str],
+                 job_config: dict[str, str] | None = None) -> None:
+        """`job_config`: more YAML for a scrape job (e.g. metric_relabel_configs), indented by 4 spaces."""
         self.port = free_port()
         self.url = f"http://127.0.0.1:{self.port}"
         self.config = workdir / "prometheus.yml"
         self.log_path = workdir / "prometheus.log"
         jobs = "".join(f"  - job_name: {job}\n    static_configs:\n      - targets: ['{target}']\n"
+                       + (job_config or {}).get(job, "")
                        for job, target in targets.items())
         self.config.write_text("global:\n  scrape_interval: 1s\n  scrape_timeout: 1s\n  evaluation_interval: 1s\n"
                                f"scrape_configs:\n{jobs}")
