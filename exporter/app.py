@@ -14,9 +14,11 @@ from kubernetes import client
 from exporter import selfmetrics
 from exporter.cardinality import DEFAULTS, Options
 from exporter.families.compat import parse_containers
+from exporter.kinds import parse_cronjob, parse_hypernode, parse_jobflow
+from exporter.kube import informer as inf
 from exporter.kube.informer import Backoff, Informer
-from exporter.kube.resources import JOBS, PODGROUPS, PODS, QUEUES, ResourceKind
-from exporter.model import Job, Pod, PodGroup, parse_job, parse_pod, parse_podgroup, parse_queue
+from exporter.kube.resources import CRONJOBS, HYPERNODES, JOBFLOWS, JOBS, PODGROUPS, PODS, QUEUES, ResourceKind
+from exporter.model import Job, Pod, PodGroup, Queue, parse_job, parse_pod, parse_podgroup, parse_queue
 from exporter.podview import is_volcano_pod
 from exporter.rows import gzip_member
 from exporter.sharding import owns, raw_uid
@@ -60,10 +62,19 @@ class Exporter:
                 self.store.on_podgroup(event_type, group)
 
         add(PODGROUPS, parse_podgroup, on_podgroup, None)
+        def on_queue(event_type: str, queue: Queue) -> None:
+            self.store.on_queue_tree(event_type, queue)  # every shard rolls its pod sums up the tree
+            self.store.on_queue(event_type, queue)  # rows: shard 0 only (the store knows); waiting jobs: all
+
         # Every shard: its waiting jobs are explained against the queue tree (only shard 0 renders queues).
-        add(QUEUES, parse_queue, self.store.on_queue, None)
-        queues = self.informers[-1]
-        self.store.waiting.queues_listed = queues.synced.is_set
+        add(QUEUES, parse_queue, on_queue, None)
+        self.store.waiting.queues_listed = self.informers[-1].synced.is_set
+        # Kinds only some releases serve: idle (404) where the CRD is missing, never holding back readiness.
+        for kind, parse in ((CRONJOBS, parse_cronjob), (JOBFLOWS, parse_jobflow)):
+            add(kind, parse, functools.partial(self.store.on_other, kind.plural),
+                (lambda raw: mine(raw_uid(raw))) if total_shards > 1 else None)
+        if shard == 0:
+            add(HYPERNODES, parse_hypernode, functools.partial(self.store.on_other, HYPERNODES.plural), None)
 
     def start(self) -> Exporter:
         for informer in self.informers:
@@ -75,10 +86,14 @@ class Exporter:
             informer.stop()
 
     def ready(self) -> bool:
-        return all(i.synced.is_set() for i in self.informers)
+        return not self.not_synced()
 
     def not_synced(self) -> list[str]:
-        return [i.name for i in self.informers if not i.synced.is_set()]
+        """Informers still waiting for their first full list. An optional kind the API server does not
+        serve (404), or that RBAC does not grant yet (403), is settled: Volcano works without it."""
+        settled = (inf.NOT_FOUND, inf.FORBIDDEN)
+        return [i.name for i in self.informers
+                if not i.synced.is_set() and not (i.kind.optional and i.state in settled)]
 
     def scrape_chunks(self) -> Iterator[bytes]:
         """The /metrics body in pieces, for the server to write (and gzip) as they come."""

@@ -11,7 +11,7 @@ from collections.abc import Sequence
 
 from exporter import pending, selfmetrics
 from exporter.cardinality import Options
-from exporter.families import compat, job, pod, podgroup, queue
+from exporter.families import compat, cronjob, hierarchy, hypernode, job, jobflow, pod, podgroup, queue
 from exporter.families.base import Family
 from exporter.store import ExporterStore
 
@@ -86,6 +86,10 @@ GROUPS: tuple[tuple[str, tuple[Family, ...]], ...] = (
     ("PodGroups", podgroup.FAMILIES),
     ("Queues", (*queue.FAMILIES, *queue.COUNTED)),
     ("Derived per queue", queue.DERIVED),
+    ("Queue hierarchy", hierarchy.FAMILIES),
+    ("CronJobs", cronjob.FAMILIES),
+    ("HyperNodes", hypernode.FAMILIES),
+    ("JobFlows", jobflow.FAMILIES),
     ("Compatibility: Volcano's kube-state-metrics fork", compat.FAMILIES),
     ("Exporter self-metrics", selfmetrics.FAMILIES),
 )
@@ -95,6 +99,20 @@ GROUP_NOTES = {
               "(every shard watches all of them), because recent Volcano releases (v1.12 included) write only "
               "`allocated` and `state` into Queue status.",
     "Derived per queue": "Computed from the pods and Jobs each shard owns: sum across replicas.",
+    "Queue hierarchy": "Roll-ups along `spec.parent` (a missing parent ends a chain, a cycle is walked once). "
+                       "`volcano_queue_subtree_allocated` comes from shard 0. Volcano already adds the children's "
+                       "allocation into a parent's `status.allocated` (recorded on `root`), so summing it up the "
+                       "tree would double count: per resource it is the larger of the queue's own figure and the sum "
+                       "of its children's subtree values (right where a parent's status is missing or lags). "
+                       "`volcano_queue_subtree_pod_requests` adds each queue's pods to every queue above it; every "
+                       "shard computes it from its own pods: sum across replicas.",
+    "CronJobs": "`batch.volcano.sh` CronJob, served from Volcano v1.13. While a release does not serve a kind "
+                "(CronJob before v1.13, HyperNode before v1.12, JobFlow without its chart) its informer stays idle, "
+                "`volcano_exporter_resource_served` is 0 for it and readiness does not wait for it. The Jobs a "
+                "CronJob creates are Volcano Jobs owned by it; the watchdog files their history under the "
+                "CronJob's name.",
+    "HyperNodes": "`topology.volcano.sh` HyperNode, served from Volcano v1.12; cluster-scoped, emitted by shard 0.",
+    "JobFlows": "`flow.volcano.sh` JobFlow, served in every release from v1.9 where the jobflow chart is installed.",
     "Compatibility: Volcano's kube-state-metrics fork": (
         "Only with `--compat-kube-state-metrics-fork`: the names and labels of Volcano's forked kube-state-metrics, "
         "which the five dashboards of Volcano's own chart query (with `job=\"kube-state-metrics\"`). The only "

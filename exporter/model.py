@@ -33,6 +33,7 @@ from exporter._read import (
     string_map,
     timestamp,
 )
+from exporter.kinds import NetworkTopology, SubGroup, parse_podgroup_topology
 from exporter.podrequests import (
     NO_RESOURCES,
     Resources,
@@ -290,6 +291,8 @@ class PodGroup:
     failed: int
     conditions: tuple[Condition, ...]
     problems: tuple[str, ...] = ()
+    network_topology: NetworkTopology | None = None  # v1.12+
+    subgroups: tuple[SubGroup, ...] = ()  # v1.14+
 
     @property
     def job_name(self) -> str:
@@ -344,6 +347,7 @@ def parse_podgroup(raw: object) -> PodGroup:
     spec = obj(d, "spec", "", probs)
     status = obj(d, "status", "", probs)
     running, succeeded, failed = _counts(status, "status.", probs, "running", "succeeded", "failed")
+    topology, subgroups = parse_podgroup_topology(spec, probs)
     return PodGroup(
         *meta,
         queue=istring(spec, "queue", "spec.", probs, "default") or "default",
@@ -356,6 +360,8 @@ def parse_podgroup(raw: object) -> PodGroup:
         failed=failed,
         conditions=_conditions(status, probs),
         problems=tuple(probs),
+        network_topology=topology,
+        subgroups=subgroups,
     )
 
 
@@ -383,6 +389,7 @@ class Queue:
     completed: int
     unknown: int
     problems: tuple[str, ...] = ()
+    dequeue_strategy: str = ""  # v1.14+ (traverse, fifo); absent before
 
 
 def parse_queue(raw: object) -> Queue:
@@ -397,6 +404,7 @@ def parse_queue(raw: object) -> Queue:
     pending, running, inqueue, completed, unknown = _counts(
         status, sp, probs, "pending", "running", "inqueue", "completed", "unknown"
     )
+    dequeue = istring(spec, "dequeueStrategy", "spec.", probs)
     return Queue(
         name=meta[1],
         uid=meta[2],
@@ -417,6 +425,7 @@ def parse_queue(raw: object) -> Queue:
         completed=completed,
         unknown=unknown,
         problems=tuple(probs),
+        dequeue_strategy=dequeue,
     )
 
 

@@ -32,6 +32,9 @@ STATE = Family("volcano_exporter_informer_state",
                "The informer's state (1 for the current one): starting, listing, watching, backoff, forbidden, "
                "not_found, stopped.",
                ("resource", "state"))
+SERVED = Family("volcano_exporter_resource_served",
+                "1 while the API server serves the resource and it is listed; 0 while its CRD is missing (404: kinds "
+                "only some Volcano releases have, such as cronjobs, hypernodes, jobflows) or before its first list.", R)
 LAST_EVENT = Family("volcano_exporter_last_event_timestamp_seconds", "Unix time of the last event applied.", R)
 DROPPED = Family("volcano_exporter_objects_dropped_total",
                  "Objects refused series because their kind reached --max-objects (each counted once).", R,
@@ -41,7 +44,7 @@ SCRAPE_SECONDS = Family("volcano_exporter_scrape_duration_seconds",
 SCRAPES = Family("volcano_exporter_scrapes_total", "Responses served on /metrics.", (), COUNTER)
 
 FAMILIES = (BUILD_INFO, EVENTS, RELISTS, DECODE_ERRORS, PARSE_PROBLEMS, HANDLER_ERRORS, REQUEST_ERRORS, OBJECTS,
-            SYNCED, STATE, LAST_EVENT, DROPPED, SCRAPE_SECONDS, SCRAPES)
+            SYNCED, SERVED, STATE, LAST_EVENT, DROPPED, SCRAPE_SECONDS, SCRAPES)
 
 # When one resource has several informers (one per namespace), the worst state speaks for it.
 _SEVERITY = [inf.FORBIDDEN, inf.NOT_FOUND, inf.BACKOFF, inf.STARTING, inf.LISTING, inf.STOPPED, inf.WATCHING]
@@ -78,6 +81,8 @@ def render(informers: Sequence[inf.Informer[Any]], parse_problems: dict[str, int
             sections[REQUEST_ERRORS].append(REQUEST_ERRORS.line((resource, code), count))
         sections[OBJECTS].append(OBJECTS.line((resource,), sum(len(i.cache) for i in group)))
         sections[SYNCED].append(SYNCED.line((resource,), int(all(i.synced.is_set() for i in group))))
+        sections[SERVED].append(SERVED.line(
+            (resource,), int(all(i.synced.is_set() and i.state != inf.NOT_FOUND for i in group))))
         state = min((i.state for i in group), key=_SEVERITY.index)
         sections[STATE].append(STATE.line((resource, state), 1))
         last = max((i.last_event_time or 0.0 for i in group), default=0.0)

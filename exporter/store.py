@@ -12,17 +12,23 @@ from __future__ import annotations
 import threading
 import weakref
 from collections import defaultdict
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from functools import lru_cache
+from typing import Any
 
 from exporter.cardinality import ALL, DEFAULTS, FamilyFilter, ObjectCaps, Options, with_labels
 from exporter.families import compat as compat_families
+from exporter.families import cronjob as cronjob_families
+from exporter.families import hierarchy
+from exporter.families import hypernode as hypernode_families
 from exporter.families import job as job_families
+from exporter.families import jobflow as jobflow_families
 from exporter.families import pod as pod_families
 from exporter.families import podgroup as podgroup_families
 from exporter.families import queue as queue_families
 from exporter.families.base import Family, escape
 from exporter.families.compat import NO_CONTAINERS
+from exporter.kinds import CronJob, HyperNode, JobFlow
 from exporter.kube.informer import DELETED
 from exporter.model import Job, Pod, PodGroup, Queue
 from exporter.podrequests import Resources
@@ -34,6 +40,13 @@ NANO = 1_000_000_000
 QueuePhase = tuple[str, str]
 GroupKey = tuple[str, str]  # (namespace, podgroup name)
 GroupOwner = tuple[str, str, str]  # queue, job_name, job_kind
+OtherView = CronJob | HyperNode | JobFlow
+# Kinds only some Volcano releases serve, by resource plural: rows per object, nothing derived.
+OTHER_KINDS: dict[str, tuple[tuple[Family, ...], Callable[[Any], tuple[str, ...]]]] = {
+    "cronjobs": (cronjob_families.FAMILIES, cronjob_families.render),
+    "hypernodes": (hypernode_families.FAMILIES, hypernode_families.render),
+    "jobflows": (jobflow_families.FAMILIES, jobflow_families.render),
+}
 
 
 @lru_cache(maxsize=65536)
@@ -121,6 +134,10 @@ class ExporterStore:
         self._group_phase: dict[GroupKey, QueuePhase] = {}
         self.podgroup_counts: dict[QueuePhase, int] = defaultdict(int)
         self.waiting = WaitingJobs(served, self._group_owner)  # volcano_job_pending_reason
+        # The queue tree (every shard: each rolls its own pod sums up it) and each queue's allocation.
+        self._queue_parents: dict[str, str] = {}
+        self._queue_allocated: dict[str, Resources] = {}
+        self.others = {name: Rows(families, served=served) for name, (families, _) in OTHER_KINDS.items()}
 
     # ---- event handlers (informer threads) --------------------------------------------------------------
 
@@ -232,6 +249,28 @@ class ExporterStore:
             self.parse_problems["queues"] += len(queue.problems)
             self.queues.put(queue.name, queue_families.render(queue) if self.queues.any else self._no_queues)
 
+    def on_queue_tree(self, event_type: str, queue: Queue) -> None:
+        """Every Queue, in every shard: where it sits in the hierarchy, for the subtree roll-ups."""
+        with self.lock:
+            if event_type == DELETED:
+                self._queue_parents.pop(queue.name, None)
+                self._queue_allocated.pop(queue.name, None)
+            else:
+                self._queue_parents[queue.name] = queue.parent
+                self._queue_allocated[queue.name] = queue.allocated
+
+    def on_other(self, resource: str, event_type: str, view: OtherView) -> None:
+        """A CronJob, HyperNode or JobFlow (`resource` is its plural, a key of OTHER_KINDS)."""
+        key = _key(view.namespace, view.name)
+        rows = self.others[resource]
+        with self.lock:
+            if event_type == DELETED:
+                rows.delete(key)
+                return
+            self.parse_problems[resource] += len(view.problems)
+            if rows.any:  # else every family of the kind is denied: nothing to render
+                rows.put(key, OTHER_KINDS[resource][1](view))
+
     # ---- internals (lock held) -------------------------------------------------------------------------
 
     def _count_group(self, group_key: GroupKey, counted: QueuePhase | None) -> None:
@@ -312,6 +351,7 @@ class ExporterStore:
                 if lines:
                     parts += (queue_families.PODGROUPS.header.encode(), lines.encode())
             self.aggregates.write(parts)
+            self._write_release_kinds(parts)
         for start in range(0, len(parts), batch):
             yield b"".join(parts[start:start + batch])
 
@@ -329,6 +369,10 @@ class ExporterStore:
                 if lines:
                     derived += (queue_families.PODGROUPS.header.encode(), lines.encode())
             self.aggregates.write(derived)
+            for other in self.others.values():
+                other.gzip_parts(planned)
+            hierarchy.write(derived, self._queue_parents, self._queue_allocated if self.emit_queues else None,
+                            self.aggregates.pod_requests, self.options.families.allows)
         fresh: list[tuple[Stale, bytes]] = []
         for part in planned:
             if isinstance(part, Stale):
@@ -344,8 +388,16 @@ class ExporterStore:
                 for stale, member in fresh:
                     stale.rows.keep(stale, member)
 
+    def _write_release_kinds(self, parts: list[bytes]) -> None:
+        """CronJob, HyperNode, JobFlow rows and the queue subtree roll-ups (lock held)."""
+        for other in self.others.values():
+            other.parts(parts)
+        hierarchy.write(parts, self._queue_parents, self._queue_allocated if self.emit_queues else None,
+                        self.aggregates.pod_requests, self.options.families.allows)
+
     def families(self) -> tuple[Family, ...]:
         """Every family this store can serve (compatibility ones with their flag), denied ones included."""
         return (*job_families.FAMILIES, *job_families.PENDING, *podgroup_families.FAMILIES, *pod_families.FAMILIES,
                 *(compat_families.FAMILIES if self.options.compat_ksm_fork else ()),
-                *queue_families.FAMILIES, *queue_families.COUNTED, *queue_families.DERIVED)
+                *queue_families.FAMILIES, *queue_families.COUNTED, *queue_families.DERIVED, *hierarchy.FAMILIES,
+                *(family for families, _ in OTHER_KINDS.values() for family in families))

@@ -12,12 +12,19 @@ import sys
 from aiohttp import web
 
 from exporter.flags import Parser, env_flag, host_port, log_level_flag, positive_float
+from simulator.releases import release_name, release_store
 from simulator.runtime import bind_socket, write_kubeconfig
 from simulator.scenario import SCENARIOS
 from simulator.server import ApiServer
-from simulator.store import Store
 
 log = logging.getLogger("volcano-sim")
+
+
+def _release(text: str) -> str:
+    try:
+        return release_name(text)
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -36,6 +43,9 @@ def build_parser() -> argparse.ArgumentParser:
              help="workload to play")
     env_flag(parser, "--speed", "VOLCANO_SIM_SPEED", default="1", type=positive_float,
              help="scenario seconds per real second (60 plays an hour a minute)")
+    env_flag(parser, "--volcano-release", "VOLCANO_SIM_VOLCANO_RELEASE", type=_release,
+             help="serve the kinds and object shapes of this Volcano release (v1.9 ... v1.16), from its CRDs in "
+             "shared/volcano (or $VOLCANO_SIM_CRDS); default: Jobs, PodGroups and Queues as written, unpruned")
     env_flag(parser, "--bookmark-interval", "VOLCANO_SIM_BOOKMARK_INTERVAL", default="30", type=positive_float,
              help="seconds between watch bookmarks")
     log_level_flag(parser, "VOLCANO_SIM")
@@ -45,7 +55,7 @@ def build_parser() -> argparse.ArgumentParser:
 async def serve(args: argparse.Namespace) -> None:
     from simulator.driver import Driver
 
-    store = Store()
+    store = release_store(args.volcano_release)
     driver = Driver(store, args.scenario, args.speed)
     driver.setup()
     api = ApiServer(store, bookmark_interval=args.bookmark_interval, metrics_source=driver)

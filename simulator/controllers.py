@@ -8,7 +8,7 @@ import logging
 from simulator import objects as o
 from simulator.kubelet import Kubelet
 from simulator.quantity import Resources
-from simulator.resources import JOBS, NODES, PODGROUPS, PODS, QUEUES
+from simulator.resources import CRONJOBS, JOBS, NODES, PODGROUPS, PODS, QUEUES
 from simulator.scenario import TaskSpec, Workload
 from simulator.scheduler import QueueView, gang_message, headroom, place, queue_chain, queue_view, take
 from simulator.state import (
@@ -45,6 +45,8 @@ class Controllers(Kubelet):
     # ---- submission -----------------------------------------------------------------------------------
 
     def _new_name(self, workload: Workload) -> str:
+        if workload.cron:  # as Volcano's (and Kubernetes') CronJob controller: <cron>-<scheduled minute>
+            return f"{workload.cron}-{int(self.now // 60)}"
         while True:
             name = f"{workload.name}-{''.join(self._rng.choice(NAME_ALPHABET) for _ in range(4))}"
             if (workload.namespace, name) not in self.runs:
@@ -54,6 +56,10 @@ class Controllers(Kubelet):
         run = RunSim(workload, self._new_name(workload), created=self.now, state_time=self.now,
                      min_resources=min_resources(workload))
         if run.is_vcjob:
+            if workload.cron:
+                cron = self.store.get(CRONJOBS, workload.namespace, workload.cron) if CRONJOBS in self.store.buckets \
+                    else None
+                run.owner_uid = cron["metadata"]["uid"] if cron is not None else ""
             try:
                 created = self.store.create(JOBS, o.job_object(run))
             except ApiError as exc:  # someone took the name: try again later

@@ -2,9 +2,10 @@
 
 from __future__ import annotations
 
+from collections.abc import Collection
 from typing import Any
 
-from simulator.resources import ALL_TYPES, GROUP_PREFERRED_VERSION, ResourceType
+from simulator.resources import BASE_TYPES, GROUP_PREFERRED_VERSION, ResourceType
 from simulator.store import ApiError
 
 VERSION = {
@@ -34,13 +35,13 @@ def _group_entry(group: str) -> dict[str, Any]:
     return {"name": group, "versions": [gv], "preferredVersion": gv}
 
 
-def api_group_list() -> dict[str, Any]:
-    groups = sorted({rt.group for rt in ALL_TYPES if rt.group})
+def api_group_list(served: Collection[ResourceType] = BASE_TYPES) -> dict[str, Any]:
+    groups = sorted({rt.group for rt in served if rt.group})
     return {"kind": "APIGroupList", "apiVersion": "v1", "groups": [_group_entry(g) for g in groups]}
 
 
-def api_group(group: str) -> dict[str, Any]:
-    if group not in GROUP_PREFERRED_VERSION or not group:
+def api_group(group: str, served: Collection[ResourceType] = BASE_TYPES) -> dict[str, Any]:
+    if not group or group not in {rt.group for rt in served}:
         raise ApiError(404, "NotFound", f"the server could not find the requested resource (group {group!r})")
     return {"kind": "APIGroup", "apiVersion": "v1", **_group_entry(group)}
 
@@ -55,7 +56,7 @@ def _resource_entries(rt: ResourceType) -> list[dict[str, Any]]:
     }
     if rt.short_names:
         entry["shortNames"] = list(rt.short_names)
-    if rt.group in ("batch.volcano.sh", "scheduling.volcano.sh"):
+    if rt.group.endswith("volcano.sh"):
         entry["categories"] = ["all"] if rt.plural == "jobs" else []
     entries = [entry]
     if rt.has_status:
@@ -64,8 +65,8 @@ def _resource_entries(rt: ResourceType) -> list[dict[str, Any]]:
     return entries
 
 
-def resource_list(group: str, version: str) -> dict[str, Any]:
-    types = [rt for rt in ALL_TYPES if rt.group == group and rt.version == version]
+def resource_list(group: str, version: str, served: Collection[ResourceType] = BASE_TYPES) -> dict[str, Any]:
+    types = [rt for rt in served if rt.group == group and rt.version == version]
     if not types:
         raise ApiError(404, "NotFound", f"the server could not find the requested resource ({group}/{version})")
     return {

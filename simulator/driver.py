@@ -25,6 +25,7 @@ import time
 from collections.abc import Callable
 from typing import Any
 
+from simulator import extras
 from simulator import objects as o
 from simulator.bulk import populate
 from simulator.controllers import Controllers
@@ -72,6 +73,8 @@ class Driver(Controllers):
             return
         for workload in self.scenario.workloads:
             self._after(workload.start_after, functools.partial(self._submit, workload))
+        if self.scenario.workloads:
+            extras.setup(self)  # HyperNodes, a CronJob, a JobFlow: where the Volcano release serves them
         self._advance(self.now)
         self._refresh_queues()
 
@@ -89,6 +92,7 @@ class Driver(Controllers):
         self._schedule()
         self._flush()
         self._refresh_queues()
+        extras.refresh(self)
         self._refresh_usage()
         self._trim_events()
 

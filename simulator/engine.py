@@ -194,7 +194,11 @@ class Engine:
                 if name != "root":
                     new["spec"]["parent"] = spec.get("parent") or "root"
                 new["metadata"]["resourceVersion"] = None
-                self.store.update(QUEUES, new)
+                pruner = self.store.pruners.get(QUEUES)  # a release without the field drops it: write once
+                if pruner is not None:
+                    pruner(new)
+                if new["spec"] != spec:
+                    self.store.update(QUEUES, new)
             current = queue.get("status") or {}
             status: Obj = {
                 "allocated": format_resources({"cpu": 0.0, "memory": 0.0, **allocated.get(name, {})},

@@ -78,13 +78,14 @@ def job_object(run: RunSim) -> Obj:
         spec["plugins"] = {k: list(v) for k, v in w.plugins.items()}
     if w.priority_class:
         spec["priorityClassName"] = w.priority_class
-    return {
-        "apiVersion": JOB_API,
-        "kind": "Job",
-        "metadata": {"name": run.name, "namespace": run.namespace, "creationTimestamp": rfc3339(run.created),
-                     "labels": {"app.kubernetes.io/name": w.name, "app.kubernetes.io/managed-by": "volcano-sim"}},
-        "spec": spec,
-    }
+    if w.network_topology:
+        spec["networkTopology"] = dict(w.network_topology)
+    meta: Obj = {"name": run.name, "namespace": run.namespace, "creationTimestamp": rfc3339(run.created),
+                 "labels": {"app.kubernetes.io/name": w.name, "app.kubernetes.io/managed-by": "volcano-sim"}}
+    if w.cron and run.owner_uid:
+        meta["ownerReferences"] = [{"apiVersion": JOB_API, "kind": "CronJob", "name": w.cron, "uid": run.owner_uid,
+                                    "controller": True, "blockOwnerDeletion": True}]
+    return {"apiVersion": JOB_API, "kind": "Job", "metadata": meta, "spec": spec}
 
 
 def task_status_count(run: RunSim) -> dict[str, Obj]:
@@ -156,6 +157,10 @@ def podgroup_object(run: RunSim) -> Obj:
                                  for t in w.tasks}
     if w.priority_class:
         spec["priorityClassName"] = w.priority_class
+    if w.network_topology:
+        spec["networkTopology"] = dict(w.network_topology)
+    if w.subgroup_policy:
+        spec["subGroupPolicy"] = [dict(p) for p in w.subgroup_policy]
     return {
         "apiVersion": "scheduling.volcano.sh/v1beta1",
         "kind": "PodGroup",
@@ -386,6 +391,8 @@ def queue_object(spec: QueueSpec, created: float, cluster: Resources | None = No
     (`cluster`) and guarantees zero. Status: `allocated`, `reservation: {}` and `state` only — v1.12
     writes no PodGroup counts."""
     obj_spec: Obj = {"weight": spec.weight, "reclaimable": spec.reclaimable, "dequeueStrategy": "traverse"}
+    if spec.priority is not None:
+        obj_spec["priority"] = spec.priority
     if spec.name == "root":
         obj_spec["guarantee"] = {"resource": {"cpu": "0", "memory": "0", **dict(spec.guarantee or {})}}
         deserved = format_resources({k: v for k, v in (cluster or {}).items() if k in ROOT_DESERVED})

@@ -51,8 +51,16 @@ NODE_METRICS = ResourceType(
     "metrics.k8s.io", "v1beta1", "nodes", "NodeMetrics", False, "", (), False, ("get", "list", "watch")
 )
 LEASES = ResourceType("coordination.k8s.io", "v1", "leases", "Lease", True, "lease")
+# Kinds only some Volcano releases serve (simulator.releases decides): JobFlow (v1.9+, with its chart),
+# HyperNode (v1.12+), CronJob (v1.13+). All three have a status subresource.
+JOBFLOWS = ResourceType("flow.volcano.sh", "v1alpha1", "jobflows", "JobFlow", True, "jobflow", ("jf",), True)
+HYPERNODES = ResourceType("topology.volcano.sh", "v1alpha1", "hypernodes", "HyperNode", False, "hypernode", ("hn",),
+                          True)
+CRONJOBS = ResourceType("batch.volcano.sh", "v1alpha1", "cronjobs", "CronJob", True, "cronjob",
+                        ("cronvcjob", "cronvj"), True)
 
-ALL_TYPES: tuple[ResourceType, ...] = (
+# What the simulator serves unless told a Volcano release (`--volcano-release`).
+BASE_TYPES: tuple[ResourceType, ...] = (
     NAMESPACES,
     NODES,
     PODS,
@@ -64,6 +72,8 @@ ALL_TYPES: tuple[ResourceType, ...] = (
     NODE_METRICS,
     LEASES,
 )
+RELEASE_TYPES: tuple[ResourceType, ...] = (JOBFLOWS, HYPERNODES, CRONJOBS)
+ALL_TYPES: tuple[ResourceType, ...] = BASE_TYPES + RELEASE_TYPES
 
 GROUP_PREFERRED_VERSION = {rt.group: rt.version for rt in ALL_TYPES}
 

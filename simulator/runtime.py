@@ -15,6 +15,7 @@ from typing import Any, TypeVar
 import yaml
 from aiohttp import web
 
+from simulator.releases import release_store
 from simulator.server import ApiServer, Faults
 from simulator.store import Store
 
@@ -54,12 +55,14 @@ class SimulatorThread:
 
     def __init__(self, store: Store | None = None, host: str = "127.0.0.1", port: int = 0,
                  bookmark_interval: float = 5.0, scenario: str | None = None, speed: float = 1.0,
-                 tick_interval: float = 0.5, auto_tick: bool = True, **scenario_params: Any) -> None:
+                 tick_interval: float = 0.5, auto_tick: bool = True, volcano_release: str | None = None,
+                 **scenario_params: Any) -> None:
         self.host = host
         self.loop = asyncio.new_event_loop()
         self._requested_port = port
         self.port = 0
-        self.store: Store = store if store is not None else Store()
+        # volcano_release: serve that release's kinds and object shapes (simulator.releases).
+        self.store: Store = store if store is not None else release_store(volcano_release)
         self.faults = Faults()
         self.driver: Any = None
         if scenario is not None:

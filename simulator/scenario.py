@@ -52,6 +52,7 @@ class QueueSpec:
     capability: Mapping[str, str] | None = None
     deserved: Mapping[str, str] | None = None
     guarantee: Mapping[str, str] | None = None
+    priority: int | None = None  # spec.priority (v1.10+; pruned where the release lacks it)
 
 
 @dataclass(frozen=True)
@@ -102,6 +103,10 @@ class Workload:
     ttl_after_finished: int = 1800
     priority_class: str | None = None
     delete_after: float | None = None  # someone deletes the Job this long after submitting it
+    # Newer-release fields, written always and pruned by the served CRD schema (simulator.releases):
+    network_topology: Mapping[str, Any] | None = None  # PodGroup (and Job) spec.networkTopology, v1.12+
+    subgroup_policy: tuple[Mapping[str, Any], ...] = ()  # PodGroup spec.subGroupPolicy, v1.14+
+    cron: str | None = None  # submitted by this Volcano CronJob (v1.13+): named <cron>-<minute>, owned by it
 
     @property
     def replicas(self) -> int:
@@ -163,9 +168,9 @@ NODES = (
 QUEUES = (
     QueueSpec("root", parent=None, reclaimable=False),
     QueueSpec("default", weight=1),
-    QueueSpec("prod", weight=4, reclaimable=False,
+    QueueSpec("prod", weight=4, reclaimable=False, priority=10,
               guarantee={"cpu": "32", "memory": "128Gi"}, deserved={"cpu": "96", "memory": "384Gi"}),
-    QueueSpec("research", weight=2, capability={"cpu": "192", "memory": "1536Gi"},
+    QueueSpec("research", weight=2, priority=5, capability={"cpu": "192", "memory": "1536Gi"},
               deserved={"cpu": "96", "memory": "768Gi", "nvidia.com/gpu": "16"}),
     QueueSpec("research-nlp", parent="research", weight=1,
               capability={"cpu": "64", "memory": "512Gi", "nvidia.com/gpu": "10"},
@@ -218,7 +223,9 @@ WORKLOADS = (
         purpose="healthy long training: 2 pods x 4 GPUs at ~85 % for 12 h, then Completed",
         tasks=(TaskSpec("worker", 2, cpu="16", memory="128Gi", gpus=4, runtime=12 * HOUR, profile=TRAINING,
                         image="registry.example.com/ml/llama-train:2.3.0", command=("torchrun", "pretrain.py")),),
-        pause=1800,
+        pause=1800, network_topology={"mode": "hard", "highestTierAllowed": 2},
+        subgroup_policy=({"name": "worker", "subGroupSize": 2, "minSubGroups": 1,
+                          "matchLabelKeys": ["volcano.sh/task-spec"]},),
     ),
     Workload(
         "llm-70b-sft", "ml-platform", "research",
@@ -280,6 +287,18 @@ WORKLOADS = (
         tasks=(TaskSpec("trial", 2, cpu="4", memory="16Gi", gpus=1, runtime=1800, profile=TRAINING_SMALL,
                         image="registry.example.com/ml/hp-search:0.4.0", command=("python", "trial.py")),),
         start_after=60, pause=600,
+    ),
+)
+
+# Played only where the release serves CronJobs (v1.13+; simulator.extras creates the CronJob itself).
+CRON_WORKLOADS = (
+    Workload(
+        "nightly-report", "team-a", "default",
+        purpose="a Volcano CronJob's runs: Jobs named nightly-report-<minute>, owned by the CronJob, 4 min each; "
+                "the watchdog files them under the workload nightly-report",
+        tasks=(TaskSpec("main", 1, cpu="1", memory="2Gi", runtime=240, profile=LIGHT,
+                        image="registry.example.com/bi/report-gen:0.9.1", command=("python", "nightly.py")),),
+        start_after=5, pause=600, cron="nightly-report",
     ),
 )
 

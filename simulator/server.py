@@ -93,7 +93,7 @@ class ApiServer:
         for probe in ("/healthz", "/readyz", "/livez"):
             app.router.add_get(probe, static("ok"))
         app.router.add_get("/api", static(discovery.api_versions()))
-        app.router.add_get("/apis", static(discovery.api_group_list()))
+        app.router.add_get("/apis", static(discovery.api_group_list(self.store.buckets)))
         app.router.add_get("/sim/faults", self._get_faults)
         app.router.add_post("/sim/faults", self._set_faults)
         app.router.add_get("/metrics", self._metrics)
@@ -145,19 +145,19 @@ class ApiServer:
         if parts == ["api"]:  # `/api/`, as CoreApi asks
             return _json(discovery.api_versions())
         if parts == ["apis"]:
-            return _json(discovery.api_group_list())
+            return _json(discovery.api_group_list(self.store.buckets))
         if parts[0] == "api":
             if len(parts) < 2:
                 raise ApiError(404, "NotFound", "the server could not find the requested resource")
             group, version, rest = "", parts[1], parts[2:]
         else:
             if len(parts) == 2:
-                return _json(discovery.api_group(parts[1]))
+                return _json(discovery.api_group(parts[1], self.store.buckets))
             if len(parts) < 3:
                 raise ApiError(404, "NotFound", "the server could not find the requested resource")
             group, version, rest = parts[1], parts[2], parts[3:]
         if not rest:
-            return _json(discovery.resource_list(group, version))
+            return _json(discovery.resource_list(group, version, self.store.buckets))
         watch = rest[0] == "watch"
         if watch:
             rest = rest[1:]
@@ -167,7 +167,7 @@ class ApiServer:
         plural, name = rest[0], (rest[1] if len(rest) > 1 else None)
         subresource = rest[2] if len(rest) > 2 else ""
         rtype = find_type(group, version, plural)
-        if rtype is None or len(rest) > 3:
+        if rtype is None or rtype not in self.store.buckets or len(rest) > 3:  # a kind this release lacks: 404
             raise ApiError(404, "NotFound", "the server could not find the requested resource")
         if not rtype.namespaced and namespace is not None:
             raise ApiError(404, "NotFound", f"{plural} is not namespaced")

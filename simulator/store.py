@@ -19,7 +19,7 @@ from typing import Any
 import jsonpatch
 import orjson
 
-from simulator.resources import ALL_TYPES, ResourceType
+from simulator.resources import BASE_TYPES, ResourceType
 
 Obj = dict[str, Any]
 Key = tuple[str, str]  # (namespace or "", name)
@@ -125,7 +125,7 @@ class Snapshot:
 class Store:
     """The simulated etcd + registry. `rv` is the cluster-wide revision."""
 
-    def __init__(self, types: Iterable[ResourceType] = ALL_TYPES, history_limit: int = 200_000,
+    def __init__(self, types: Iterable[ResourceType] = BASE_TYPES, history_limit: int = 200_000,
                  continue_ttl: float = 300.0) -> None:
         self.rv = 1000  # like etcd's revision, never 0: "0" means "any version" to the API
         self.history_limit = history_limit
@@ -134,6 +134,9 @@ class Store:
         self._snapshots: dict[str, Snapshot] = {}
         # Called after every committed write (type, event): the driver and tests hook in here.
         self.listeners: list[Callable[[ResourceType, WatchEvent], None]] = []
+        # Per type, what the API server does to a written object before storing it: the pruning of fields
+        # the served CRD schema does not know (simulator.releases); none unless a release is chosen.
+        self.pruners: dict[ResourceType, Callable[[Obj], None]] = {}
 
     # ---- reads -------------------------------------------------------------------------------
 
@@ -343,6 +346,9 @@ class Store:
         return new
 
     def _commit(self, bucket: Bucket, key: Key, event_type: str, obj: Obj, old: Obj | None) -> Obj:
+        pruner = self.pruners.get(bucket.rtype)
+        if pruner is not None and event_type != "DELETED":
+            pruner(obj)
         self.rv += 1
         obj["metadata"]["resourceVersion"] = str(self.rv)
         raw = orjson.dumps(obj)

@@ -14,7 +14,7 @@ from exporter.model import Job, Pod, PodGroup, Queue, res_dict, res_get
 from exporter.pending import Explanation, explain, group_waiting, is_job_group, job_waiting
 from exporter.podrequests import Resources
 from watchdog.usage.samples import PodInfo
-from watchdog.workload import workload_name
+from watchdog.workload import CRON_OWNER_KIND, workload_name
 
 
 def gpu_count(resources: Resources) -> float:
@@ -46,6 +46,7 @@ class ClusterIndex:
     def __init__(self) -> None:
         self.lock = threading.Lock()
         self.job_uids: dict[tuple[str, str], str] = {}
+        self.job_workloads: dict[tuple[str, str], str] = {}  # Jobs a CronJob created: the CronJob's name
         self.groups: dict[tuple[str, str], GroupOwner] = {}
         self.pods: dict[tuple[str, str], Pod] = {}
         self.pod_workloads: dict[tuple[str, str], str] = {}  # the `workload_label` value, where pods carry it
@@ -57,12 +58,19 @@ class ClusterIndex:
 
     def on_job(self, event_type: str, job: Job) -> None:
         with self.lock:
+            key = (job.namespace, job.name)
             if event_type == DELETED:
-                self.job_uids.pop((job.namespace, job.name), None)
+                self.job_uids.pop(key, None)
+                self.job_workloads.pop(key, None)
                 self.jobs.pop(job.uid, None)
             else:
-                self.job_uids[(job.namespace, job.name)] = job.uid
+                self.job_uids[key] = job.uid
                 self.jobs[job.uid] = job
+                if job.owner_kind == CRON_OWNER_KIND and job.owner_name:
+                    self.job_workloads[key] = workload_name(job.name, owner_kind=job.owner_kind,
+                                                            owner_name=job.owner_name)
+                else:
+                    self.job_workloads.pop(key, None)
 
     def on_podgroup(self, event_type: str, group: PodGroup) -> None:
         with self.lock:
@@ -113,7 +121,7 @@ class ClusterIndex:
                 job_uid = ""
             if not queue and group is not None:
                 queue = group.queue
-            labelled = self.pod_workloads.get((namespace, pod))
+            labelled = self.pod_workloads.get((namespace, pod)) or self.job_workloads.get((namespace, job_name))
         return PodInfo(
             job_uid=job_uid,
             job_name=job_name,

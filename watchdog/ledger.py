@@ -121,7 +121,8 @@ class Ledger:
             return
         self._upsert(session, {
             "uid": job.uid, "kind": VOLCANO_JOB_KIND, "namespace": job.namespace, "name": job.name,
-            "workload": workload_name(job.name), "queue": job.queue,
+            "workload": workload_name(job.name, owner_kind=job.owner_kind, owner_name=job.owner_name),
+            "queue": job.queue,
             "created_at": _time(job.creation_timestamp), "started_at": _time(job.start_time),
             "finished_at": _time(job.finish_time), "phase": job.phase, "reason": job.reason,
             "message": job.message, "retry_count": job.retry_count,

@@ -1,7 +1,10 @@
 """Which workload a job run belongs to: runs of the same workload share usage history, so their
 recommendations learn from each other. By default the workload is the job's name without a
 generated run suffix (`etl-daily-7k2p` -> `etl-daily`, `train-20240501-1200` -> `train`); a
-configured pod/job label, when present, wins."""
+configured pod/job label, when present, wins. A Job a Volcano CronJob created (v1.13+: named
+`<cron>-<scheduled minute>`, its controller owner the CronJob) belongs to the CronJob: the owner's
+name is the workload, whatever the suffix stripping would make of it (`etl-2024-29000000` -> `etl-2024`,
+not `etl`)."""
 
 from __future__ import annotations
 
@@ -13,8 +16,14 @@ from collections.abc import Mapping
 _RUN_SUFFIX = re.compile(r"(-[bcdfghjklmnpqrstvwxz0-9]{4,5}|(-[0-9]+)+)$")
 
 
-def workload_name(job_name: str, labels: Mapping[str, str] | None = None, label: str | None = None) -> str:
+CRON_OWNER_KIND = "CronJob"  # batch.volcano.sh CronJob
+
+
+def workload_name(job_name: str, labels: Mapping[str, str] | None = None, label: str | None = None,
+                  owner_kind: str = "", owner_name: str = "") -> str:
     if label and labels and labels.get(label):
         return labels[label]
+    if owner_kind == CRON_OWNER_KIND and owner_name:
+        return owner_name
     stripped = _RUN_SUFFIX.sub("", job_name)
     return stripped or job_name

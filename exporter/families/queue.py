@@ -10,9 +10,13 @@ from exporter.model import Queue
 
 Q = ("queue",)
 
-INFO = Family("volcano_queue_info", "Information about a Queue and its place in the hierarchy.",
-              ("queue", "parent", "reclaimable"))
+INFO = Family("volcano_queue_info", "Information about a Queue and its place in the hierarchy (priority: "
+              "spec.priority, v1.10+; dequeue_strategy: spec.dequeueStrategy, v1.14+, empty when absent).",
+              ("queue", "parent", "reclaimable", "priority", "dequeue_strategy"))
 WEIGHT = Family("volcano_queue_spec_weight", "The Queue's weight for proportional sharing.", Q)
+PRIORITY = Family("volcano_queue_spec_priority",
+                  "The Queue's priority (spec.priority, v1.10+; 0 when absent): higher queues are served and "
+                  "reclaim first.", Q)
 CAPABILITY = Family("volcano_queue_spec_capability", "Upper limit of resources the Queue may use.",
                     resource_labels("queue"))
 GUARANTEE = Family("volcano_queue_spec_guarantee", "Resources reserved for the Queue.", resource_labels("queue"))
@@ -21,7 +25,7 @@ DESERVED = Family("volcano_queue_spec_deserved", "Resources the Queue deserves (
 ALLOCATED = Family("volcano_queue_status_allocated", "Resources allocated to the Queue's pods now.",
                    resource_labels("queue"))
 STATE = Family("volcano_queue_status_state", "The Queue's state (1 for the current one).", ("queue", "state"))
-FAMILIES = (INFO, WEIGHT, CAPABILITY, GUARANTEE, DESERVED, ALLOCATED, STATE)
+FAMILIES = (INFO, WEIGHT, PRIORITY, CAPABILITY, GUARANTEE, DESERVED, ALLOCATED, STATE)
 
 # Counted by the exporter from the PodGroups (every shard watches all of them), emitted by shard 0:
 # Volcano stopped writing these counts into Queue status (v1.12 writes `allocated` and `state` only).
@@ -45,8 +49,9 @@ def render(queue: Queue) -> tuple[str, ...]:
     name = queue.name
     reclaimable = "" if queue.reclaimable is None else str(queue.reclaimable).lower()
     return (
-        INFO.line((name, queue.parent, reclaimable), 1),
+        INFO.line((name, queue.parent, reclaimable, str(queue.priority), queue.dequeue_strategy), 1),
         WEIGHT.line((name,), queue.weight),
+        PRIORITY.line((name,), queue.priority),
         CAPABILITY.resource_lines((name,), queue.capability),
         GUARANTEE.resource_lines((name,), queue.guarantee),
         DESERVED.resource_lines((name,), queue.deserved),

@@ -256,9 +256,11 @@ class Informer(Generic[T]):
         elif exc.code == 404:
             if self._reported != NOT_FOUND:
                 self._reported = NOT_FOUND
-                log.error("the API server does not serve %s/%s %s (is the CRD installed?); retrying every %gs",
-                          self.kind.group or "core", self.kind.version, self.kind.plural,
-                          self.forbidden_retry_seconds)
+                # An optional kind (a CRD only some Volcano releases have) is expected to be missing.
+                log.log(logging.INFO if self.kind.optional else logging.ERROR,
+                        "the API server does not serve %s/%s %s (is the CRD installed?); retrying every %gs",
+                        self.kind.group or "core", self.kind.version, self.kind.plural,
+                        self.forbidden_retry_seconds)
             self.state = NOT_FOUND
             self._stop.wait(self.forbidden_retry_seconds)
         else:

@@ -12,6 +12,9 @@ class ResourceKind:
     plural: str
     kind: str
     namespaced: bool
+    # Served only by some Volcano releases: while its CRD is not installed (404) the informer stays idle,
+    # says so in `volcano_exporter_resource_served`, and does not hold back readiness.
+    optional: bool = False
 
     @property
     def name(self) -> str:
@@ -34,3 +37,8 @@ PODGROUPS = ResourceKind("scheduling.volcano.sh", "v1beta1", "podgroups", "PodGr
 QUEUES = ResourceKind("scheduling.volcano.sh", "v1beta1", "queues", "Queue", False)
 POD_METRICS = ResourceKind("metrics.k8s.io", "v1beta1", "pods", "PodMetrics", True)
 LEASES = ResourceKind("coordination.k8s.io", "v1", "leases", "Lease", True)
+# Kinds later Volcano releases added (../shared/volcano/crds-by-release): JobFlow in every release from
+# v1.9 (installed with the optional jobflow chart), HyperNode from v1.12, CronJob from v1.13.
+JOBFLOWS = ResourceKind("flow.volcano.sh", "v1alpha1", "jobflows", "JobFlow", True, optional=True)
+HYPERNODES = ResourceKind("topology.volcano.sh", "v1alpha1", "hypernodes", "HyperNode", False, optional=True)
+CRONJOBS = ResourceKind("batch.volcano.sh", "v1alpha1", "cronjobs", "CronJob", True, optional=True)

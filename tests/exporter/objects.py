@@ -158,6 +158,61 @@ status:
   unknown: 5
 """
 
+# What later releases add to a PodGroup spec (v1.12 networkTopology, v1.14 subGroupPolicy).
+TOPOLOGY_SPEC = """
+networkTopology: {mode: soft, highestTierAllowed: 2, highestTierName: spine}
+subGroupPolicy:
+- {name: worker, subGroupSize: 4, minSubGroups: 2, matchLabelKeys: [volcano.sh/task-spec],
+   networkTopology: {mode: hard, highestTierAllowed: 1}}
+- {name: ps}
+"""
+
+FULL_CRONJOB = f"""
+apiVersion: batch.volcano.sh/v1alpha1
+kind: CronJob
+metadata: {{name: nightly, namespace: bi, uid: cron-uid, creationTimestamp: "{T0}"}}
+spec:
+  schedule: "0 2 * * *"
+  timeZone: Europe/Berlin
+  concurrencyPolicy: Forbid
+  suspend: true
+  jobTemplate: {{spec: {{tasks: []}}}}
+status:
+  active: [{{kind: Job, name: nightly-29000000, namespace: bi}}, {{kind: Job, name: nightly-29000060, namespace: bi}}]
+  lastScheduleTime: "{T2}"
+  lastSuccessfulTime: "{T1}"
+"""
+
+FULL_HYPERNODE = f"""
+apiVersion: topology.volcano.sh/v1alpha1
+kind: HyperNode
+metadata: {{name: spine-0, uid: hn-uid, creationTimestamp: "{T0}"}}
+spec:
+  tier: 2
+  tierName: spine
+  members:
+  - {{type: HyperNode, selector: {{exactMatch: {{name: rack-0}}}}}}
+  - {{type: HyperNode, selector: {{exactMatch: {{name: rack-1}}}}}}
+  - {{type: Node, selector: {{labelMatch: {{matchLabels: {{rack: "2"}}}}}}}}
+status: {{nodeCount: 12}}
+"""
+
+FULL_JOBFLOW = f"""
+apiVersion: flow.volcano.sh/v1alpha1
+kind: JobFlow
+metadata: {{name: pipeline, namespace: ml, uid: jf-uid, creationTimestamp: "{T0}"}}
+spec:
+  flows: [{{name: prep}}, {{name: train, dependsOn: {{targets: [prep]}}}}, {{name: eval}}]
+status:
+  state: {{phase: Running}}
+  completedJobs: [prep]
+  runningJobs: [train]
+  pendingJobs: [eval]
+  jobStatusList:
+  - {{name: prep, state: Completed, restartCount: 0}}
+  - {{name: train, state: Running, restartCount: 2}}
+"""
+
 FULL_NODE = """
 apiVersion: v1
 kind: Node
@@ -260,3 +315,22 @@ def job_podgroup(job: dict[str, Any], min_resources: dict[str, str], phase: str 
             "spec": {"minMember": job["spec"]["minAvailable"], "queue": job["spec"]["queue"],
                      "minResources": resources},
             "status": status}
+
+
+def topology_podgroup() -> dict[str, Any]:
+    """The Kubeflow PodGroup with the spec fields of v1.14+."""
+    raw = kubeflow_podgroup()
+    raw["spec"].update(copy.deepcopy(_load(TOPOLOGY_SPEC)))
+    return raw
+
+
+def full_cronjob() -> dict[str, Any]:
+    return copy.deepcopy(_load(FULL_CRONJOB))
+
+
+def full_hypernode() -> dict[str, Any]:
+    return copy.deepcopy(_load(FULL_HYPERNODE))
+
+
+def full_jobflow() -> dict[str, Any]:
+    return copy.deepcopy(_load(FULL_JOBFLOW))

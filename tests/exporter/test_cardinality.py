@@ -108,8 +108,9 @@ def test_gzip_scrapes_serve_the_same_families() -> None:
 
 def test_allowlist_is_anchored_and_takes_exact_names_and_regexes() -> None:
     store = filled(Options(families=family_filter("volcano_pod_info,volcano_queue_spec_.*,volcano_job", "")))
-    assert names(store) == {"volcano_pod_info", "volcano_queue_spec_weight", "volcano_queue_spec_capability",
-                            "volcano_queue_spec_guarantee", "volcano_queue_spec_deserved"}  # no volcano_job_*
+    assert names(store) == {"volcano_pod_info", "volcano_queue_spec_weight", "volcano_queue_spec_priority",
+                            "volcano_queue_spec_capability", "volcano_queue_spec_guarantee",
+                            "volcano_queue_spec_deserved"}  # no volcano_job_*
 
 
 def test_derived_and_counted_families_obey_the_lists() -> None:

@@ -11,6 +11,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from exporter._read import parse_timestamp
+from exporter.kinds import CronJob, HyperNode, JobFlow, parse_cronjob, parse_hypernode, parse_jobflow
 from exporter.model import (
     Job,
     Node,
@@ -24,7 +25,18 @@ from exporter.model import (
     parse_queue,
 )
 from exporter.quantity import QuantityError, parse_quantity
-from tests.exporter.objects import full_job, full_node, full_pod, full_queue, kubeflow_podgroup, volcano_pod
+from tests.exporter.objects import (
+    full_cronjob,
+    full_hypernode,
+    full_job,
+    full_jobflow,
+    full_node,
+    full_pod,
+    full_queue,
+    kubeflow_podgroup,
+    topology_podgroup,
+    volcano_pod,
+)
 
 json_values = st.recursive(
     st.none() | st.booleans() | st.integers() | st.floats() | st.text(max_size=12),
@@ -44,6 +56,11 @@ CASES: dict[str, tuple[Callable[[object], Any], Callable[[], dict[str, Any]], ty
     "podgroup": (parse_podgroup, full_podgroup, PodGroup),
     "queue": (parse_queue, full_queue, Queue),
     "node": (parse_node, full_node, Node),
+    # Later releases' fields and kinds (exporter.kinds).
+    "topologypodgroup": (parse_podgroup, topology_podgroup, PodGroup),
+    "cronjob": (parse_cronjob, full_cronjob, CronJob),
+    "hypernode": (parse_hypernode, full_hypernode, HyperNode),
+    "jobflow": (parse_jobflow, full_jobflow, JobFlow),
 }
 
 
@@ -185,6 +202,25 @@ READ_FIELDS = [
     "node spec|taints array",
     "node status|capacity|cpu quantity",
     "node status|conditions|0 object",
+    "topologypodgroup spec|networkTopology|mode string",
+    "topologypodgroup spec|networkTopology|highestTierAllowed integer",
+    "topologypodgroup spec|subGroupPolicy array",
+    "topologypodgroup spec|subGroupPolicy|0 object",
+    "topologypodgroup spec|subGroupPolicy|0|subGroupSize integer",
+    "topologypodgroup spec|subGroupPolicy|0|networkTopology|highestTierAllowed integer",
+    "cronjob spec|schedule string",
+    "cronjob spec|suspend boolean",
+    "cronjob status|active array",
+    "cronjob status|active|0|name string",
+    "cronjob status|lastScheduleTime timestamp",
+    "hypernode spec|tier integer",
+    "hypernode spec|members|0 object",
+    "hypernode spec|members|0|type string",
+    "hypernode status|nodeCount integer",
+    "jobflow spec|flows array",
+    "jobflow status|state|phase string",
+    "jobflow status|runningJobs array",
+    "jobflow status|jobStatusList|1|restartCount integer",
 ]
 
 

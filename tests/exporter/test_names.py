@@ -11,6 +11,7 @@ from exporter import selfmetrics
 from exporter.cardinality import Options
 from exporter.docs import all_families
 from exporter.families.base import COUNTER, GAUGE
+from exporter.kinds import parse_cronjob, parse_hypernode, parse_jobflow
 from exporter.model import parse_job, parse_pod, parse_podgroup, parse_queue
 from exporter.store import ExporterStore
 from tests.exporter import objects
@@ -157,8 +158,11 @@ def test_info_families_are_one() -> None:
     """Every `_info` sample the exporter renders, for realistic objects, has the value 1."""
     store = ExporterStore()
     store.on_queue("ADDED", parse_queue(objects.full_queue()))
-    store.on_podgroup_owner("ADDED", parse_podgroup(objects.kubeflow_podgroup()))
-    store.on_podgroup("ADDED", parse_podgroup(objects.kubeflow_podgroup()))
+    store.on_podgroup_owner("ADDED", parse_podgroup(objects.topology_podgroup()))
+    store.on_podgroup("ADDED", parse_podgroup(objects.topology_podgroup()))
+    store.on_other("cronjobs", "ADDED", parse_cronjob(objects.full_cronjob()))
+    store.on_other("hypernodes", "ADDED", parse_hypernode(objects.full_hypernode()))
+    store.on_other("jobflows", "ADDED", parse_jobflow(objects.full_jobflow()))
     store.on_job("ADDED", parse_job(objects.full_job()))
     store.on_pod("ADDED", parse_pod(objects.full_pod()))
     out: list[bytes] = []

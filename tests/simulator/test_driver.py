@@ -12,7 +12,6 @@ import re
 import time
 from collections import Counter
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any
 
 import jsonschema  # type: ignore[import-untyped]
@@ -23,9 +22,9 @@ from simulator.driver import Driver
 from simulator.resources import EVENTS, JOBS, NAMESPACES, NODES, PODGROUPS, PODS, QUEUES, ResourceType
 from simulator.scenario import SCENARIOS
 from simulator.store import Store, WatchEvent
-from tests.simtools import FakeClock
+from tests.simtools import SHARED, FakeClock
 
-CRDS = Path(__file__).parents[2].parent / "shared" / "volcano" / "crds"
+CRDS = SHARED / "volcano" / "crds"
 T0 = 1_700_000_000.0
 SPEED = 10.0
 Obj = dict[str, Any]

@@ -35,6 +35,20 @@ def test_volcano_job_pods_are_charged_to_their_job_run() -> None:
     assert index.pod_info(pod.namespace, "unknown") is None
 
 
+def test_pods_of_a_cronjob_run_are_charged_to_the_cronjob_workload() -> None:
+    index = ClusterIndex()
+    pod = parse_pod(objects.volcano_pod())
+    meta = {**objects.full_job()["metadata"], "name": pod.job_name, "namespace": pod.namespace, "uid": "run-uid",
+            "ownerReferences": [{"kind": "CronJob", "name": "nightly-2024", "uid": "c", "controller": True}]}
+    index.on_job(ADDED, parse_job({**objects.full_job(), "metadata": meta}))
+    index.on_pod(ADDED, pod)
+    info = index.pod_info(pod.namespace, pod.name)
+    assert info is not None and info.workload == "nightly-2024" and info.job_name == pod.job_name
+    index.on_job(DELETED, parse_job({**objects.full_job(), "metadata": meta}))
+    info = index.pod_info(pod.namespace, pod.name)
+    assert info is not None and info.workload != "nightly-2024"
+
+
 def test_kubeflow_pods_are_charged_to_their_podgroup_and_its_owner() -> None:
     index = ClusterIndex()
     index.on_podgroup(ADDED, parse_podgroup(objects.kubeflow_podgroup()))

@@ -73,6 +73,23 @@ def test_job_events_fill_the_run(engine: Engine) -> None:
     assert not run.object_deleted
 
 
+def test_a_cronjob_run_is_filed_under_the_cronjob(engine: Engine) -> None:
+    cron_run = parse_job({**_raw_job("etl-2024-29000000"), "metadata": {
+        **_raw_job("etl-2024-29000000")["metadata"],
+        "ownerReferences": [{"kind": "CronJob", "name": "etl-2024", "uid": "cron-uid", "controller": True}]}})
+    with Session(engine) as session:
+        Ledger().on_job("ADDED", cron_run, session, NOW)
+        session.commit()
+    [run] = rows(engine)
+    assert (run.name, run.workload) == ("etl-2024-29000000", "etl-2024")
+
+
+def _raw_job(name: str) -> dict[str, Any]:
+    return {"metadata": {"name": name, "namespace": "team-a", "uid": "uid-9", "resourceVersion": "1",
+                         "creationTimestamp": "2024-05-01T09:59:00Z"},
+            "spec": {"queue": "default", "tasks": []}, "status": {"state": {"phase": "Pending"}}}
+
+
 def test_replay_after_restart_neither_duplicates_nor_resets(engine: Engine) -> None:
     events = [("ADDED", job("Running")), ("ADDED", job("Completed", uid="uid-2", name="etl-20240501")),
               ("MODIFIED", job("Completed"))]
