@@ -344,14 +344,9 @@ class ExporterStore:
         parts: list[bytes] = []
         with self.lock:
             self.waiting.refresh()
-            for rows in (self.jobs, self.waiting.rows, self.podgroups, self.pods, self.queues):
+            for rows in self._all_rows():
                 rows.parts(parts)
-            if self.emit_queues and self.options.families.allows(queue_families.PODGROUPS.name):
-                lines = queue_families.podgroup_lines(self.podgroup_counts, self.queues.keys())
-                if lines:
-                    parts += (queue_families.PODGROUPS.header.encode(), lines.encode())
-            self.aggregates.write(parts)
-            self._write_release_kinds(parts)
+            self._derived(parts)
         for start in range(0, len(parts), batch):
             yield b"".join(parts[start:start + batch])
 
@@ -362,17 +357,9 @@ class ExporterStore:
         derived: list[bytes] = []
         with self.lock:
             self.waiting.refresh()
-            for rows in (self.jobs, self.waiting.rows, self.podgroups, self.pods, self.queues):
+            for rows in self._all_rows():
                 rows.gzip_parts(planned)
-            if self.emit_queues and self.options.families.allows(queue_families.PODGROUPS.name):
-                lines = queue_families.podgroup_lines(self.podgroup_counts, self.queues.keys())
-                if lines:
-                    derived += (queue_families.PODGROUPS.header.encode(), lines.encode())
-            self.aggregates.write(derived)
-            for other in self.others.values():
-                other.gzip_parts(planned)
-            hierarchy.write(derived, self._queue_parents, self._queue_allocated if self.emit_queues else None,
-                            self.aggregates.pod_requests, self.options.families.allows)
+            self._derived(derived)
         fresh: list[tuple[Stale, bytes]] = []
         for part in planned:
             if isinstance(part, Stale):
@@ -388,10 +375,17 @@ class ExporterStore:
                 for stale, member in fresh:
                     stale.rows.keep(stale, member)
 
-    def _write_release_kinds(self, parts: list[bytes]) -> None:
-        """CronJob, HyperNode, JobFlow rows and the queue subtree roll-ups (lock held)."""
-        for other in self.others.values():
-            other.parts(parts)
+    def _all_rows(self) -> tuple[Rows, ...]:
+        return (self.jobs, self.waiting.rows, self.podgroups, self.pods, self.queues, *self.others.values())
+
+    def _derived(self, parts: list[bytes]) -> None:
+        """What is computed at scrape time rather than kept as rows (lock held): PodGroup counts per
+        queue, the queue aggregates and the subtree roll-ups."""
+        if self.emit_queues and self.options.families.allows(queue_families.PODGROUPS.name):
+            lines = queue_families.podgroup_lines(self.podgroup_counts, self.queues.keys())
+            if lines:
+                parts += (queue_families.PODGROUPS.header.encode(), lines.encode())
+        self.aggregates.write(parts)
         hierarchy.write(parts, self._queue_parents, self._queue_allocated if self.emit_queues else None,
                         self.aggregates.pod_requests, self.options.families.allows)
 
