@@ -25,7 +25,9 @@ def demo_watchdog_config(webhook: str, api_url: str, prometheus: str | None) -> 
     """The watchdog's configuration in the demo: windows for a scenario at 10x, so that every alert
     kind fires within five minutes (production defaults wait 10-30 minutes), 30-second usage rollups
     (the JobIdle window must hold two), capability control in dry-run, and chat messages grouped
-    and repeated as a person would keep the channel unmuted."""
+    and repeated as a person would keep the channel unmuted (one
+    group per alert kind, at most one update per group every five minutes: 37 messages in the first
+    five minutes before, when grouped by kind and queue every minute)."""
     return {
         "api_token": DEMO_TOKEN,
         "sources": {"metrics_api": {"interval_seconds": 10}, "rollup_seconds": 30,
@@ -37,8 +39,8 @@ def demo_watchdog_config(webhook: str, api_url: str, prometheus: str | None) -> 
                        "policies": {"research-nlp": {"demand": {"window_seconds": 3600}}}},
         "notifications": {
             "receivers": [{"name": "demo-chat", "webhook": {"url": webhook}}],
-            "route": {"receiver": "demo-chat", "group_by": ["alertname", "queue"], "group_wait": "10s",
-                      "group_interval": "1m", "repeat_interval": "1h"},
+            "route": {"receiver": "demo-chat", "group_by": ["alertname"], "group_wait": "20s",
+                      "group_interval": "5m", "repeat_interval": "4h"},
             "api_url": api_url}}
 
 

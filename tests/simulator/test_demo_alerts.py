@@ -19,6 +19,7 @@ from watchdog.detectors import base
 KINDS = {base.JOB_FAILED, base.POD_REJECTED, base.POD_OOM_KILLED, base.JOB_RETRYING, base.RETRY_EXHAUSTED,
          base.GANG_UNSCHEDULABLE, base.PARTIAL_GANG, base.JOB_IDLE, base.OVER_REQUESTED, base.QUEUE_STARVED}
 BUDGET_SECONDS = 300
+CHAT_BUDGET = 20  # one message per alert kind and a few capability notices, then updates every 5 minutes
 
 
 def fired(watchdog: str) -> set[str]:
@@ -48,7 +49,10 @@ def test_every_alert_kind_fires_within_five_minutes_of_make_demo(tmp_path: Path)
             seen = fired(watchdog)
             time.sleep(5)
         took = time.monotonic() - started
+        with urllib.request.urlopen(f"http://127.0.0.1:{ports['chat']}/messages", timeout=10) as response:
+            messages = len(json.load(response))
     finally:
         os.killpg(process.pid, signal.SIGINT)
         process.wait(60)
     assert seen == KINDS, f"after {took:.0f} s, never fired: {sorted(KINDS - seen)}"
+    assert messages <= CHAT_BUDGET, f"{messages} chat messages in {took:.0f} s: a channel people would mute"
