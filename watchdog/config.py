@@ -161,7 +161,10 @@ class Digest(Section):
 class Reports(Section):
     """Scheduled report digests (`volcano-watchdog report` prints the same report on demand)."""
 
-    digests: list[Digest] = Field(default_factory=list, description="Digests to send.")
+    digests: list[Digest] = Field(
+        default_factory=list,
+        description="Digests to send, each {name, schedule (5-field cron, UTC), receiver, by: queue|namespace, "
+                    "period (default 7d), top (default 5)} (docs/watchdog.md).")
     check_interval_seconds: float = Field(default=60, gt=0, description="Seconds between looks at the schedules.")
     max_delay_seconds: float = Field(
         default=86400, gt=0,

@@ -21,8 +21,12 @@ from watchdog.cli import main
 from watchdog.db.engine import make_engine, migrate
 from watchdog.db.models import Alert, JobRun
 from watchdog.report.compute import compute_report, parse_moment, percentile
+from watchdog.report.cron import parse_cron
 
-UNTIL = datetime(2026, 11, 20, 12, 0, tzinfo=UTC)
+# A Friday noon in the past (the digest tests schedule on it; messages are due by the real clock).
+_FRIDAY = parse_cron("0 12 * * fri").previous(datetime.now(UTC) - timedelta(days=8))
+assert _FRIDAY is not None
+UNTIL = _FRIDAY
 SINCE = UNTIL - timedelta(days=7)
 PHASES = ("Completed", "Failed", "Aborted", "Terminated", "Running", "Pending")
 
