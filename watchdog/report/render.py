@@ -53,6 +53,11 @@ def _cell(value: Any) -> str:
     return str(value)
 
 
+def _shown(values: dict[str, Any], column: str) -> str:
+    """A cell for people: a run without a queue is in group "", shown as "-"."""
+    return _cell(values[column] or "-") if column == "group" else _cell(values[column])
+
+
 def title(report: Report) -> str:
     return (f"Volcano usage report by {report.by}, {report.since:%Y-%m-%d %H:%M} to "
             f"{report.until:%Y-%m-%d %H:%M} UTC")
@@ -83,7 +88,7 @@ def _header(name: str) -> str:
 
 
 def to_table(report: Report) -> str:
-    table = [[_header(c) for c in COLUMNS], *[[_cell(r[c]) for c in COLUMNS] for r in rows(report)]]
+    table = [[_header(c) for c in COLUMNS], *[[_shown(r, c) for c in COLUMNS] for r in rows(report)]]
     widths = [max(len(line[i]) for line in table) for i in range(len(COLUMNS))]
     lines = [title(report), ""]
     lines += ["  ".join(cell.ljust(w) if i == 0 else cell.rjust(w)
@@ -101,7 +106,7 @@ def to_markdown(report: Report) -> str:
 
     lines = [f"# {title(report)}", "", "| " + " | ".join(_header(c) for c in COLUMNS) + " |",
              "|" + "|".join("---" if c == "group" else "---:" for c in COLUMNS) + "|"]
-    lines += ["| " + " | ".join(md(_cell(r[c])) for c in COLUMNS) + " |" for r in rows(report)]
+    lines += ["| " + " | ".join(md(_shown(r, c)) for c in COLUMNS) + " |" for r in rows(report)]
     if report.top_wasters:
         lines += ["", "## Top wasters", "", "| " + " | ".join(WASTER_COLUMNS) + " |",
                   "|---|---|---|---:|---:|---:|"]
@@ -115,7 +120,7 @@ def to_html(report: Report) -> str:
 
     body = [f"<h1>{html.escape(title(report))}</h1>", "<table>",
             cells([_header(c) for c in COLUMNS], "th"),
-            *[cells([_cell(r[c]) for c in COLUMNS], "td") for r in rows(report)], "</table>"]
+            *[cells([_shown(r, c) for c in COLUMNS], "td") for r in rows(report)], "</table>"]
     if report.top_wasters:
         body += ["<h2>Top wasters</h2>", "<table>", cells(list(WASTER_COLUMNS), "th"),
                  *[cells([_cell(v) for v in asdict(w).values()], "td") for w in report.top_wasters], "</table>"]

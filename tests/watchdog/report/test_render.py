@@ -43,3 +43,11 @@ def test_table_markdown_and_html_show_every_row_escaped() -> None:
     page = render(report, "html")
     assert "<b>x" not in page and "&lt;b&gt;x&lt;/b&gt;|y" in page and "<script>" not in page
     assert page.startswith("<!DOCTYPE html>") and "<td>7.50</td>" in page and "<td>JobFailed</td>" in page
+
+
+def test_runs_without_a_queue_show_as_a_dash() -> None:
+    report = sample()
+    report.groups.append(Group(name=""))
+    assert render(report, "table").splitlines()[4].startswith("-  ")
+    assert "<tr><td>-</td>" in render(report, "html") and "\n| - |" in render(report, "md")
+    assert json.loads(render(report, "json"))["groups"][1]["group"] == ""
