@@ -15,9 +15,10 @@ have the times: wait = start - creation, run = end - start.
 from __future__ import annotations
 
 from collections import Counter, defaultdict
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
-from typing import Literal
+from typing import Any, Literal
 
 from sqlalchemy import and_, func, or_, select
 from sqlalchemy.orm import Session
@@ -101,13 +102,21 @@ def percentile(values: list[float], p: float) -> float | None:
     return ordered[low] + (ordered[high] - ordered[low]) * (rank - low)
 
 
-def _runs(session: Session, since: datetime, until: datetime) -> list[JobRun]:
+_COLUMNS = (JobRun.namespace, JobRun.name, JobRun.queue, JobRun.phase, JobRun.created_at, JobRun.started_at,
+            JobRun.finished_at, JobRun.deleted_at, JobRun.cpu_core_seconds_requested, JobRun.cpu_core_seconds_used,
+            JobRun.memory_byte_seconds_requested, JobRun.memory_byte_seconds_used, JobRun.gpu_seconds_requested,
+            JobRun.gpu_seconds_used)
+
+
+def _runs(session: Session, since: datetime, until: datetime) -> Sequence[Any]:
+    """The period's runs, only the columns the report reads (whole ORM objects, messages included,
+    took 4 times as long)."""
     end = ended_at()
     started = func.coalesce(JobRun.started_at, JobRun.created_at)
-    return list(session.scalars(select(JobRun).where(or_(
+    return session.execute(select(*_COLUMNS).where(or_(
         and_(end >= since, end < until),
         and_(end.is_(None), started < until),
-    )).order_by(JobRun.id)))
+    )).order_by(JobRun.id)).all()
 
 
 def compute_report(session: Session, since: datetime, until: datetime, by: GroupBy, top: int = 10) -> Report:
