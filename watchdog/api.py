@@ -36,6 +36,7 @@ from watchdog.db.models import Alert, AlertRequest, JobRun, UsageRollup
 from watchdog.metrics import CONTENT_TYPE, RecommendationCache, render_metrics
 from watchdog.notify.api import add_notification_routes
 from watchdog.notify.outbox import Outbox
+from watchdog.report.api import report_router
 
 log = logging.getLogger(__name__)
 
@@ -461,6 +462,7 @@ def create_app(engine: Engine, settings: Settings, health: Health, clock: Callab
     private = APIRouter(dependencies=[Depends(token_guard(settings, reading=True))], responses=AUTH_RESPONSES)
     add_notification_routes(app, private, writes, engine, outbox, clock, wake_notifier)
     app.include_router(private)
+    app.include_router(report_router(clock))
     for router in routers:
         app.include_router(router)
     app.include_router(writes)

@@ -45,6 +45,13 @@ def build_parser() -> argparse.ArgumentParser:
     recommend = commands.add_parser("recommend", help="print request recommendations from the stored history")
     recommend.add_argument("--namespace", help="only this namespace")
     recommend.add_argument("-o", "--output", choices=["table", "json", "yaml"], default="table")
+    report = commands.add_parser("report", help="print requested vs used hours, waste, failures and wait/run times")
+    report.add_argument("--since", default="7d", help="start: a duration before --until (7d, 36h) or an ISO 8601 "
+                        "time (default: 7d)")
+    report.add_argument("--until", help="end: a duration before now or an ISO 8601 time (default: now)")
+    report.add_argument("--by", choices=["queue", "namespace"], default="queue", help="group by (default: queue)")
+    report.add_argument("--top", type=int, default=10, help="top wasters listed (default: 10)")
+    report.add_argument("-o", "--output", choices=["table", "csv", "json", "html", "md"], default="table")
     test = commands.add_parser("notify-test", help="send a sample message to one receiver, to check its webhook")
     test.add_argument("--receiver", required=True, help="receiver name from the notifications configuration")
     parser.set_defaults(command="run")
@@ -76,6 +83,38 @@ def run_recommend(settings: Settings, namespace: str | None, output: str) -> int
     return 0
 
 
+def run_report(settings: Settings, args: argparse.Namespace) -> int:
+    """Read-only like `recommend`: never creates or migrates the database it reads, and names it."""
+    from watchdog.report.compute import compute_report, parse_moment
+    from watchdog.report.render import render as render_report
+
+    now = datetime.now(UTC)
+    try:
+        until = parse_moment(args.until, now) if args.until else now
+        since = parse_moment(args.since, until)
+    except ValueError as exc:
+        print(f"volcano-watchdog: {exc}", file=sys.stderr)
+        return 2
+    if since >= until or args.top < 0:
+        print("volcano-watchdog: --since must be before --until, --top at least 0", file=sys.stderr)
+        return 2
+    engine = make_engine(settings.database_url)
+    try:
+        check_readable(engine)
+        with Session(engine) as session:
+            found = compute_report(session, since, until, args.by, args.top)
+    except NotReadable as exc:
+        print(f"volcano-watchdog: {exc}", file=sys.stderr)
+        return 1
+    except SQLAlchemyError as exc:
+        return database_failure("read", engine, exc)
+    finally:
+        engine.dispose()
+    print(f"volcano-watchdog: report from {display_url(engine)}", file=sys.stderr)
+    print(render_report(found, args.output), end="")
+    return 0
+
+
 def run_watchdog(settings: Settings) -> int:
     import uvicorn
 
@@ -94,6 +133,7 @@ def run_watchdog(settings: Settings) -> int:
     from watchdog.capability.controller import CapabilityController
     from watchdog.capability.metrics import render_capability_metrics
     from watchdog.leader import make_leader
+    from watchdog.report.digest import DigestScheduler
     from watchdog.why import why_router
 
     memory.tune_allocator()  # before any thread starts (see exporter/memory.py)
@@ -138,6 +178,9 @@ def run_watchdog(settings: Settings) -> int:
 
     health = Health(watchdog.ready, collectors, leader=leader.is_leader, notifications=notifications,
                     extra_metrics=(lambda: render_capability_metrics(capability)) if capability else str)
+    digests = DigestScheduler(settings.reports, engine, leader, settings.notifications.api_url,
+                              wake=watchdog.notifier.wake,
+                              identity=settings.leader_election.identity or socket.gethostname())
     app = create_app(engine, settings, health, queues=queues, outbox=watchdog.outbox,
                      wake_notifier=watchdog.notifier.wake, request_made=watchdog.request_made,
                      routers=[why_router(watchdog.index.why, watchdog.index_synced),
@@ -147,8 +190,10 @@ def run_watchdog(settings: Settings) -> int:
     for sig in (signal.SIGINT, signal.SIGTERM):  # stop serving, then flush what the worker holds
         signal.signal(sig, lambda *_: setattr(server, "should_exit", True))
     try:
+        digests.start()
         server.run(sockets=[listener])
     finally:
+        digests.stop()
         if capability is not None:
             capability.stop()
         watchdog.stop()
@@ -215,13 +260,15 @@ def main(argv: list[str] | None = None) -> int:
         print(f"volcano-watchdog: {exc}", file=sys.stderr)
         return 2
     logging.basicConfig(level=args.log_level, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
-    quiet_libraries(args.log_level, "alembic" if args.command == "recommend" else "")
+    quiet_libraries(args.log_level, "alembic" if args.command in ("recommend", "report") else "")
     if args.command == "migrate":
         return run_migrate(settings)
     if args.command == "notify-test":
         return run_notify_test(settings, args.receiver)
     if args.command == "recommend":
         return run_recommend(settings, args.namespace, args.output)
+    if args.command == "report":
+        return run_report(settings, args)
     return run_watchdog(settings)
 
 

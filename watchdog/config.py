@@ -11,14 +11,15 @@ import argparse
 import os
 import re
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, SecretStr, ValidationError, field_validator, model_validator
 
 from exporter.flags import host_port
 from watchdog.capability.settings import CapabilitySettings
-from watchdog.notify.settings import LeaderElection, Notifications
+from watchdog.notify.settings import LeaderElection, Notifications, parse_duration
+from watchdog.report.cron import parse_cron
 
 ENV_PREFIX = "VOLCANO_WATCHDOG_"
 CLI_ONLY_ENV = {"VOLCANO_WATCHDOG_CONFIG", "VOLCANO_WATCHDOG_LOG_LEVEL"}
@@ -144,6 +145,44 @@ class Recommendations(Section):
     )
 
 
+class Digest(Section):
+    """A report sent on a schedule to one receiver of `notifications.receivers`, with a link to its HTML
+    page. Sent by the leader only, once per period (recorded in the database)."""
+
+    name: str = Field(min_length=1, max_length=64, pattern=r"^[A-Za-z0-9_.-]+$",
+                      description="Name of the digest (in the message and its record).")
+    schedule: str = Field(description="5-field cron schedule in UTC, e.g. `0 9 * * mon` (Mondays 09:00).")
+    receiver: str = Field(description="Receiver name from `notifications.receivers`.")
+    by: Literal["queue", "namespace"] = Field(default="queue", description="Group the report by queue or namespace.")
+    period: float = Field(default=7 * 86400, gt=0,
+                          description="Time the digest covers, up to the scheduled time (`7d`, `24h`, or seconds).")
+    top: int = Field(default=5, ge=0, le=50, description="Groups and top wasters listed in the message.")
+
+    @field_validator("schedule")
+    @classmethod
+    def _cron(cls, value: str) -> str:
+        parse_cron(value)  # ValueError names the field
+        return value
+
+    @field_validator("period", mode="before")
+    @classmethod
+    def _duration(cls, value: Any) -> float:
+        return parse_duration(value)
+
+
+class Reports(Section):
+    """Scheduled report digests (`volcano-watchdog report` prints the same report on demand)."""
+
+    digests: list[Digest] = Field(
+        default_factory=list,
+        description="Digests to send, each {name, schedule (5-field cron, UTC), receiver, by: queue|namespace, "
+                    "period (default 7d), top (default 5)} (docs/watchdog.md).")
+    check_interval_seconds: float = Field(default=60, gt=0, description="Seconds between looks at the schedules.")
+    max_delay_seconds: float = Field(
+        default=86400, gt=0,
+        description="A digest due while no leader ran is still sent if it is at most this late (else skipped).")
+
+
 class Settings(Section):
     kubeconfig: str | None = Field(default=None, description="Kubeconfig file (else $KUBECONFIG, in-cluster, ~/.kube).")
     listen: str = Field(default="0.0.0.0:9747", description="HOST:PORT for the API, /metrics, /healthz, /readyz.")
@@ -166,6 +205,7 @@ class Settings(Section):
     notifications: Notifications = Notifications()
     leader_election: LeaderElection = LeaderElection()
     capability: CapabilitySettings = CapabilitySettings()
+    reports: Reports = Reports()
 
     @model_validator(mode="after")
     def _idle_window_holds_rollups(self) -> Settings:
@@ -185,6 +225,17 @@ class Settings(Section):
         except argparse.ArgumentTypeError as exc:
             raise ValueError(str(exc)) from None
         return value
+
+    @model_validator(mode="after")
+    def _digest_receivers(self) -> Settings:
+        names = {r.name for r in self.notifications.receivers}
+        digests = [d.name for d in self.reports.digests]
+        for i, digest in enumerate(self.reports.digests):
+            if digest.receiver not in names:
+                raise ValueError(f"reports.digests[{i}].receiver: no receiver named {digest.receiver!r}")
+            if digests.count(digest.name) > 1:
+                raise ValueError(f"reports.digests[{i}].name: {digest.name!r} is used twice")
+        return self
 
     @field_validator("database_url")
     @classmethod

@@ -278,7 +278,7 @@ def test_openapi_documents_every_route(engine: Engine) -> None:
                 "/api/v1/alerts/{alert_id}/resolve", "/api/v1/jobs", "/api/v1/jobs/{uid}",
                 "/api/v1/recommendations", "/api/v1/queues", "/api/v1/alertmanager", "/api/v1/silences",
                 "/api/v1/silences/{silence_id}", "/api/v1/notifications", "/api/v1/notifications/{delivery_id}/retry",
-                "/api/v1/receivers"}
+                "/api/v1/receivers", "/api/v1/reports"}
     assert isinstance(client.app, FastAPI)
     routes = {r.path for r in route_table(client.app)} - {"/openapi.json", "/docs", "/docs/oauth2-redirect", "/redoc"}
     assert routes == expected and set(spec["paths"]) == expected

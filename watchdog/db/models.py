@@ -348,3 +348,21 @@ class CapabilityChange(Base):
     resource_version: Mapped[str] = mapped_column(String(64), default="")  # the Queue's, after the patch
     identity: Mapped[str] = mapped_column(Name, default="")
     created_at: Mapped[datetime]
+
+
+class ReportDigestSent(Base):
+    """A scheduled report digest put into the outbox: one row per digest and period, so a second
+    replica (or a new leader) never queues the same digest again. Written in the transaction that
+    queues the message; the unique key makes a racing second writer fail instead."""
+
+    __tablename__ = "report_digests"
+    __table_args__ = (UniqueConstraint("name", "period_start", name="uq_report_digests_name_period"),)
+
+    id: Mapped[int] = mapped_column(Id, primary_key=True, autoincrement=True)
+    name: Mapped[str] = mapped_column(String(64))
+    period_start: Mapped[datetime]
+    period_end: Mapped[datetime]
+    receiver: Mapped[str] = mapped_column(String(64))
+    delivery_id: Mapped[int | None] = mapped_column(Id)
+    identity: Mapped[str] = mapped_column(Name, default="")  # the replica that queued it
+    created_at: Mapped[datetime]

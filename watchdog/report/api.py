@@ -1,0 +1,54 @@
+"""`GET /api/v1/reports`: the report `volcano-watchdog report` prints, served by every replica, in any
+of its formats. Digest messages link here with the exact period (`since` and `until` as times).
+
+Public like `/api/v1/jobs`: it names queues, namespaces and jobs and their hours, nothing of the jobs'
+data. Mounted by `watchdog.api.create_app`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator
+from datetime import UTC, datetime
+from typing import Annotated, Literal
+
+from fastapi import APIRouter, Depends, HTTPException, Query, Request, Response
+from sqlalchemy.orm import Session
+
+from watchdog.report.compute import compute_report, parse_moment
+from watchdog.report.render import render
+
+MEDIA_TYPES = {"json": "application/json", "csv": "text/csv; charset=utf-8", "html": "text/html; charset=utf-8",
+               "md": "text/markdown; charset=utf-8", "table": "text/plain; charset=utf-8"}
+Moment = Annotated[str, Query(max_length=64, pattern=r"^[0-9A-Za-z:.+-]+$",
+                              description="A duration before now (`7d`, `36h`) or an ISO 8601 time.")]
+
+
+def _session(request: Request) -> Iterator[Session]:
+    with Session(request.app.state.engine) as session:
+        yield session
+
+
+def report_router(clock: Callable[[], datetime] = lambda: datetime.now(UTC)) -> APIRouter:
+    router = APIRouter(tags=["reports"])
+
+    @router.get("/api/v1/reports", response_class=Response,
+                responses={200: {"content": {t: {} for t in MEDIA_TYPES.values()},
+                                 "description": "The report in the format asked for."}})
+    def report(session: Annotated[Session, Depends(_session)], since: Moment = "7d", until: Moment | None = None,
+               by: Literal["queue", "namespace"] = "queue",
+               format: Literal["json", "csv", "html", "md", "table"] = "json",
+               top: Annotated[int, Query(ge=0, le=100)] = 10) -> Response:
+        """Requested vs used core-, GiB- and GPU-hours, waste, top wasters, failures, alerts and wait/run
+        time percentiles per queue or namespace, over [since, until) (until: now)."""
+        now = clock()
+        try:
+            end = parse_moment(until, now) if until else now
+            start = parse_moment(since, end)
+        except ValueError as exc:
+            raise HTTPException(422, str(exc)) from None
+        if start >= end:
+            raise HTTPException(422, "since must be before until")
+        found = compute_report(session, start, end, by, top)
+        return Response(render(found, format), media_type=MEDIA_TYPES[format])
+
+    return router
