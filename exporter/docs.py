@@ -10,7 +10,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from exporter import selfmetrics
-from exporter.families import job, pod, podgroup, queue
+from exporter.families import job, pod, podgroup, queue, queue_wait
 from exporter.families.base import Family
 from exporter.store import ExporterStore
 
@@ -75,7 +75,7 @@ GROUPS: tuple[tuple[str, tuple[Family, ...]], ...] = (
     ("Pods", pod.FAMILIES),
     ("PodGroups", podgroup.FAMILIES),
     ("Queues", (*queue.FAMILIES, *queue.COUNTED)),
-    ("Derived per queue", queue.DERIVED),
+    ("Derived per queue", (*queue.DERIVED, *queue_wait.FAMILIES)),
     ("Exporter self-metrics", selfmetrics.FAMILIES),
 )
 

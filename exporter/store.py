@@ -10,6 +10,7 @@ informer threads write, the HTTP thread reads.
 from __future__ import annotations
 
 import threading
+import time
 import weakref
 from collections import defaultdict
 from collections.abc import Iterator, KeysView, Sequence
@@ -19,6 +20,7 @@ from exporter.families import job as job_families
 from exporter.families import pod as pod_families
 from exporter.families import podgroup as podgroup_families
 from exporter.families import queue as queue_families
+from exporter.families import queue_wait
 from exporter.families.base import Family
 from exporter.kube.informer import DELETED
 from exporter.model import Job, Pod, PodGroup, Queue
@@ -118,9 +120,13 @@ def _key(namespace: str, name: str) -> str:
 
 
 class ExporterStore:
-    def __init__(self, emit_queues: bool = True) -> None:
+    def __init__(self, emit_queues: bool = True, observe_since: float | None = None) -> None:
+        """`observe_since`: only transitions newer than this (Unix time; default now, the process start)
+        go into the histograms and counters, so that a restarted exporter never counts one twice."""
         self.lock = threading.Lock()
         self.emit_queues = emit_queues
+        self.observe_since = time.time() if observe_since is None else observe_since
+        self.ledger = queue_wait.Ledger(self.observe_since)
         self.jobs = Rows(job_families.FAMILIES)
         self.pods = Rows(pod_families.FAMILIES)
         self.podgroups = Rows(podgroup_families.FAMILIES)
@@ -148,6 +154,7 @@ class ExporterStore:
             previous = self._job_state.pop(key, None)
             if previous is not None:
                 self.aggregates.add_job(*previous, -1)
+            self.ledger.on_job(event_type == DELETED, job)
             if event_type == DELETED:
                 self.jobs.delete(key)
                 return
@@ -293,9 +300,10 @@ class ExporterStore:
                 if lines:
                     parts += (queue_families.PODGROUPS.header.encode(), lines.encode())
             self.aggregates.write(parts)
+            self.ledger.write(parts)
         for start in range(0, len(parts), batch):
             yield b"".join(parts[start:start + batch])
 
     def families(self) -> tuple[Family, ...]:
         return (*job_families.FAMILIES, *podgroup_families.FAMILIES, *pod_families.FAMILIES,
-                *queue_families.FAMILIES, *queue_families.COUNTED, *queue_families.DERIVED)
+                *queue_families.FAMILIES, *queue_families.COUNTED, *queue_families.DERIVED, *queue_wait.FAMILIES)
