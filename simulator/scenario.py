@@ -353,6 +353,18 @@ RECORDED_WORKLOADS: dict[str, tuple[tuple[QueueSpec, ...], tuple[Workload, ...]]
 }
 
 
+# `queue-wait`: jobs queueing for a capped queue, for the wait-time histograms. `batch` (2 cpu) is shared by
+# `fifo` and `hold`; `hold`'s 2-cpu job fills it first, so the 30 `fifo` jobs (1 cpu, 10-20 s) are all
+# Pending before any starts, then run two at a time: waits spread from ~30 s to ~4 min (scenario time).
+WAIT_QUEUES = (QueueSpec("batch", capability={"cpu": "2", "memory": "64Gi"}), QueueSpec("hold", parent="batch"),
+               QueueSpec("fifo", parent="batch"))
+WAIT_WORKLOADS = (
+    _job("hold", "hold", (_busybox("main", 1, cpu="2", runtime=40),), "fills `batch` while the fifo jobs queue"),
+    *(_job(f"fifo-{i:02d}", "fifo", (_busybox("main", 1, runtime=10 + (i * 7) % 11),), "waits its turn in `fifo`",
+           start_after=10, priority_class=("batch-low", "batch-high")[i % 2]) for i in range(30)),
+)
+
+
 def recorded_scenario(name: str) -> Scenario:
     queues, workloads = RECORDED_WORKLOADS[name]
     return Scenario(f"recorded-{name}", f"mirror of the recording of real Volcano: {name}", ("default",),
@@ -374,5 +386,7 @@ SCENARIOS: dict[str, Scenario] = {
         "`namespaces` namespaces on ceil(pods / pods_per_node) nodes, created at setup, no churn",
         bulk=BulkSpec(),
     ),
+    "queue-wait": Scenario("queue-wait", "30 one-cpu jobs queueing behind each other in a 2-cpu queue",
+                           ("default",), KWOK_NODES, RECORDED_QUEUES + WAIT_QUEUES, WAIT_WORKLOADS),
     **{f"recorded-{name}": recorded_scenario(name) for name in RECORDED_WORKLOADS},
 }

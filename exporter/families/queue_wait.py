@@ -35,11 +35,13 @@ from exporter.model import Job
 
 LABELS = ("queue", "priority_class")
 
-# 1 s to 1 week, about 1.2-1.5x apart at "round" values: with linear interpolation inside a bucket a
-# quantile is off by at most a fraction of the bucket's width, ~10-20% of the value in the worst case.
+# 1 s to 1 week in "round" values, at most 1.33x apart up to 10 minutes and 1.5x beyond.
+# histogram_quantile interpolates linearly inside a bucket, so an answer is off by a fraction of the bucket's
+# width: a few % for waits spread over several buckets (tests/exporter/test_prometheus_wait.py measures it).
 BUCKETS: tuple[float, ...] = (
-    1, 2, 3, 5, 7, 10, 15, 20, 30, 45, 60, 90, 120, 180, 240, 300, 420, 600, 900, 1200, 1800, 2700, 3600,
-    5400, 7200, 10800, 14400, 21600, 28800, 43200, 64800, 86400, 129600, 172800, 259200, 345600, 432000, 604800,
+    1, 2, 3, 4, 5, 6, 8, 10, 12, 15, 20, 25, 30, 40, 50, 60, 75, 90, 120, 150, 180, 240, 300, 360, 480, 600,
+    900, 1200, 1800, 2400, 3600, 5400, 7200, 10800, 14400, 21600, 28800, 43200, 64800, 86400, 129600, 172800,
+    259200, 345600, 432000, 604800,
 )
 
 WAIT = Family("volcano_queue_job_wait_duration_seconds",

@@ -85,7 +85,7 @@ def test_buckets_are_cumulative_with_le_bounds() -> None:
         store.on_job(ADDED, parse_job(raw))
     buckets = {dict(labels)["le"]: v for labels, v in select(scrape(store), f"{WAIT}_bucket").items()}
     assert len(buckets) == len(queue_wait.BUCKETS) + 1
-    assert buckets["1"] == 1 and buckets["20"] == 1 and buckets["30"] == 2 and buckets["45"] == 3
+    assert buckets["1"] == 1 and buckets["25"] == 1 and buckets["30"] == 2 and buckets["40"] == 3
     assert buckets["604800"] == 3 and buckets["+Inf"] == 4
     assert total(store, WAIT, queue="q", priority_class="high") == 1 + 30 + 31 + 700000
 
