@@ -1,4 +1,10 @@
-"""Wiring: informers for Jobs, PodGroups, Pods and Queues feeding one `ExporterStore`."""
+"""Wiring: informers for Jobs, PodGroups, Pods, Queues and eviction Events feeding one `ExporterStore`.
+
+Why an Events informer: a pod that Volcano evicts is deleted right after its condition is written, so a
+watch gap (relist) can hide the condition; its `Evict` Event (kept an hour) still tells, and a
+kube-scheduler `Preempted` Event names the preemptor. The predicate keeps only eviction Events about pods
+(`exporter.eviction.about_eviction`): every other Event costs a dict lookup and is neither parsed nor cached.
+"""
 
 from __future__ import annotations
 
@@ -11,12 +17,19 @@ from typing import Any
 from kubernetes import client
 
 from exporter import selfmetrics
+from exporter.eviction import about_eviction
 from exporter.kube.informer import Backoff, Informer
-from exporter.kube.resources import JOBS, PODGROUPS, PODS, QUEUES, ResourceKind
+from exporter.kube.resources import EVENTS, JOBS, PODGROUPS, PODS, QUEUES, ResourceKind
 from exporter.model import PodGroup, parse_job, parse_pod, parse_podgroup, parse_queue
 from exporter.podview import is_volcano_pod
 from exporter.sharding import owns, raw_uid
 from exporter.store import ExporterStore
+
+
+def _involved_uid(raw: Any) -> str:
+    """The UID of the pod an Event is about (`about_eviction` has checked the shape)."""
+    uid = raw["involvedObject"].get("uid")
+    return uid if isinstance(uid, str) else ""
 
 
 class Exporter:
@@ -25,13 +38,14 @@ class Exporter:
                  watch_timeout_seconds: int = 300) -> None:
         self.store = ExporterStore(emit_queues=shard == 0)
         self.informers: list[Informer[Any]] = []
+        self.optional: list[Informer[Any]] = []  # not waited for by /readyz (events: an older RBAC lacks them)
         self._scrape_seconds = 0.0
         self._scrapes = 0
         self._scrape_lock = threading.Lock()
         mine = owns(shard, total_shards)
 
         def add(kind: ResourceKind, transform: Callable[[Any], Any], handler: Callable[[str, Any], None],
-                predicate: Callable[[Any], bool] | None) -> None:
+                predicate: Callable[[Any], bool] | None, required: bool = True) -> None:
             scopes: list[str | None] = list(namespaces) if namespaces and kind.namespaced else [None]
             for namespace in scopes:
                 informer: Informer[Any] = Informer(
@@ -40,6 +54,8 @@ class Exporter:
                     watch_timeout_seconds=watch_timeout_seconds)
                 informer.add_handler(handler)
                 self.informers.append(informer)
+                if not required:
+                    self.optional.append(informer)
 
         pod_view = functools.partial(parse_pod, statuses=False)  # the exporter renders no container status
         if total_shards > 1:
@@ -55,6 +71,8 @@ class Exporter:
                 self.store.on_podgroup(event_type, group)
 
         add(PODGROUPS, parse_podgroup, on_podgroup, None)
+        add(EVENTS, self.store.parse_eviction_event, self.store.on_eviction_event,
+            lambda raw: about_eviction(raw) and mine(_involved_uid(raw)), required=False)
         if shard == 0:
             add(QUEUES, parse_queue, self.store.on_queue, None)
 
@@ -68,10 +86,10 @@ class Exporter:
             informer.stop()
 
     def ready(self) -> bool:
-        return all(i.synced.is_set() for i in self.informers)
+        return all(i.synced.is_set() for i in self.informers if i not in self.optional)
 
     def not_synced(self) -> list[str]:
-        return [i.name for i in self.informers if not i.synced.is_set()]
+        return [i.name for i in self.informers if not i.synced.is_set() and i not in self.optional]
 
     def scrape_chunks(self) -> Iterator[bytes]:
         """The /metrics body in pieces, for the server to write (and gzip) as they come."""

@@ -10,7 +10,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from exporter import selfmetrics
-from exporter.families import job, pod, podgroup, queue, queue_wait
+from exporter.families import evictions, job, pod, podgroup, queue, queue_wait
 from exporter.families.base import Family
 from exporter.store import ExporterStore
 
@@ -72,7 +72,7 @@ every shard from its own objects: sum them across replicas, e.g.
 # Which tables the families go into, in order; anything not listed lands in "Other" (and shows in the diff).
 GROUPS: tuple[tuple[str, tuple[Family, ...]], ...] = (
     ("Jobs and tasks", job.FAMILIES),
-    ("Pods", pod.FAMILIES),
+    ("Pods", (*pod.FAMILIES, *evictions.FAMILIES)),
     ("PodGroups", podgroup.FAMILIES),
     ("Queues", (*queue.FAMILIES, *queue.COUNTED)),
     ("Derived per queue", (*queue.DERIVED, *queue_wait.FAMILIES)),

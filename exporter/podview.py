@@ -15,6 +15,7 @@ from exporter._read import (
     shown,
     timestamp,
 )
+from exporter.eviction import pod_disruption
 from exporter.podrequests import Resources, pod_resources
 
 __all__ = ["Pod", "Termination", "is_volcano_pod", "parse_pod"]
@@ -62,6 +63,8 @@ class Pod:
     terminations: tuple[Termination, ...]
     start_time: float | None
     problems: tuple[str, ...] = ()
+    disruption: str = ""  # the eviction reason its status shows: preempt, reclaim, TerminationByKubelet, ...
+    disrupted_at: float | None = None  # that condition's lastTransitionTime (None: unknown, or not evicted)
 
     @property
     def is_volcano(self) -> bool:
@@ -169,11 +172,13 @@ def parse_pod(raw: object, *, statuses: bool = True) -> Pod:
             probs.append(f"metadata.labels.{TASK_INDEX_KEY}: invalid index {shown(index_text)}")
     requests, limits = pod_resources(spec, "spec.", probs)
     restarts, terms = _statuses(status, probs) if statuses else (0, ())
+    status_reason = istring(status, "reason", "status.", probs)
+    disruption, disrupted_at = pod_disruption(status, status_reason)
     return Pod(
         *meta,
         istring(spec, "nodeName", "spec.", probs),
         istring(status, "phase", "status.", probs),
-        istring(status, "reason", "status.", probs),
+        status_reason,
         istring(spec, "schedulerName", "spec.", probs),
         _label(labels, annotations, JOB_NAME_KEY, probs),
         _label(labels, annotations, TASK_SPEC_KEY, probs),
@@ -186,6 +191,8 @@ def parse_pod(raw: object, *, statuses: bool = True) -> Pod:
         terms,
         timestamp(status, "startTime", "status.", probs) if statuses else None,
         tuple(probs) if probs else (),
+        disruption,
+        disrupted_at,
     )
 
 

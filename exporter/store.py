@@ -9,6 +9,7 @@ informer threads write, the HTTP thread reads.
 
 from __future__ import annotations
 
+import logging
 import threading
 import time
 import weakref
@@ -16,6 +17,8 @@ from collections import defaultdict
 from collections.abc import Iterator, KeysView, Sequence
 from functools import lru_cache
 
+from exporter.eviction import EvictionEvent, parse_eviction_event
+from exporter.families import evictions as eviction_families
 from exporter.families import job as job_families
 from exporter.families import pod as pod_families
 from exporter.families import podgroup as podgroup_families
@@ -26,6 +29,8 @@ from exporter.kube.informer import DELETED
 from exporter.model import Job, Pod, PodGroup, Queue
 from exporter.podrequests import Resources
 from exporter.quantity import resource_label_and_unit
+
+log = logging.getLogger(__name__)
 
 NANO = 1_000_000_000
 QueuePhase = tuple[str, str]
@@ -127,6 +132,7 @@ class ExporterStore:
         self.emit_queues = emit_queues
         self.observe_since = time.time() if observe_since is None else observe_since
         self.ledger = queue_wait.Ledger(self.observe_since)
+        self.evictions = eviction_families.Evictions(self.observe_since)
         self.jobs = Rows(job_families.FAMILIES)
         self.pods = Rows(pod_families.FAMILIES)
         self.podgroups = Rows(podgroup_families.FAMILIES)
@@ -167,30 +173,70 @@ class ExporterStore:
     def on_pod(self, event_type: str, pod: Pod) -> None:
         key = _key(pod.namespace, pod.name)
         with self.lock:
-            previous = self._pod_state.pop(key, None)
-            if event_type == DELETED:
-                if previous is not None:
-                    self._forget_pod(key, *previous)
-                self.pods.delete(key)
-                return
-            if previous is not None and not pod.problems \
-                    and pod_families.exported(previous[0]) == pod_families.exported(pod):
-                self._pod_state[key] = (pod, previous[1])  # nothing exported changed: rows and sums stand
-                return
-            self.parse_problems["pods"] += len(pod.problems)
-            if previous is not None and previous[0].podgroup == pod.podgroup and previous[0].queue == pod.queue \
-                    and previous[0].job_name == pod.job_name:
-                # The usual update (status, node, labels): same attribution; move aggregates only if needed.
-                old, who = previous
-                if old.phase != pod.phase or old.requests is not pod.requests:
-                    self.aggregates.add_pod(who.queue, old.phase, old.requests, -1)
-                    self.aggregates.add_pod(who.queue, pod.phase, pod.requests, 1)
-                self._pod_state[key] = (pod, who)
-                self.pods.put(key, pod_families.render(pod, who))
-                return
+            before = self._pod_state.get(key)
+            self._apply_pod(event_type, key, pod)
+            if pod.disruption or event_type == DELETED:
+                state = self._pod_state.get(key) or before
+                self.evictions.on_pod(pod, state[1].queue if state is not None else pod.queue,
+                                      before[0] if before is not None else None, event_type == DELETED)
+
+    def parse_eviction_event(self, raw: object) -> EvictionEvent | None:
+        """The Events informer's transform: None (skipped) for a malformed one, counted and logged."""
+        event = parse_eviction_event(raw)
+        if event is None:
+            with self.lock:
+                self.parse_problems["events"] += 1
+            log.warning("malformed eviction Event skipped (%d so far)", self.parse_problems["events"])
+        return event
+
+    def on_eviction_event(self, event_type: str, event: EvictionEvent) -> None:
+        """An Event saying a pod was evicted or preempted (its expiry, DELETED, changes nothing)."""
+        if event_type == DELETED:
+            return
+        with self.lock:
+            state = self._pod_state.get(_key(event.namespace, event.pod))
+            victim = (event.namespace, event.pod, state[1].queue) \
+                if state is not None and state[0].uid == event.pod_uid else None
+            self.evictions.on_event(event, victim, self._preemptor_queue(event))
+
+    def _preemptor_queue(self, event: EvictionEvent) -> str:
+        """The queue of the pod an Event names as the preemptor, if this exporter holds it. By UID this is a
+        scan of the pods: only kube-scheduler preemptions name one, and they are rare."""
+        if event.preemptor:
+            state = self._pod_state.get(_key(event.preemptor_namespace or event.namespace, event.preemptor))
+            return state[1].queue if state is not None else ""
+        if event.preemptor_uid:
+            for pod, who in self._pod_state.values():
+                if pod.uid == event.preemptor_uid:
+                    return who.queue
+        return ""
+
+    def _apply_pod(self, event_type: str, key: str, pod: Pod) -> None:
+        """`on_pod` with the lock held: rows, attribution and the per-queue sums."""
+        previous = self._pod_state.pop(key, None)
+        if event_type == DELETED:
             if previous is not None:
                 self._forget_pod(key, *previous)
-            self._put_pod(key, pod)
+            self.pods.delete(key)
+            return
+        if previous is not None and not pod.problems \
+                and pod_families.exported(previous[0]) == pod_families.exported(pod):
+            self._pod_state[key] = (pod, previous[1])  # nothing exported changed: rows and sums stand
+            return
+        self.parse_problems["pods"] += len(pod.problems)
+        if previous is not None and previous[0].podgroup == pod.podgroup and previous[0].queue == pod.queue \
+                and previous[0].job_name == pod.job_name:
+            # The usual update (status, node, labels): same attribution; move aggregates only if needed.
+            old, who = previous
+            if old.phase != pod.phase or old.requests is not pod.requests:
+                self.aggregates.add_pod(who.queue, old.phase, old.requests, -1)
+                self.aggregates.add_pod(who.queue, pod.phase, pod.requests, 1)
+            self._pod_state[key] = (pod, who)
+            self.pods.put(key, pod_families.render(pod, who))
+            return
+        if previous is not None:
+            self._forget_pod(key, *previous)
+        self._put_pod(key, pod)
 
     def on_podgroup(self, event_type: str, group: PodGroup) -> None:
         """Rows for this shard's PodGroups; see `on_podgroup_owner` for attribution."""
@@ -301,9 +347,11 @@ class ExporterStore:
                     parts += (queue_families.PODGROUPS.header.encode(), lines.encode())
             self.aggregates.write(parts)
             self.ledger.write(parts)
+            self.evictions.write(parts)
         for start in range(0, len(parts), batch):
             yield b"".join(parts[start:start + batch])
 
     def families(self) -> tuple[Family, ...]:
         return (*job_families.FAMILIES, *podgroup_families.FAMILIES, *pod_families.FAMILIES,
-                *queue_families.FAMILIES, *queue_families.COUNTED, *queue_families.DERIVED, *queue_wait.FAMILIES)
+                *queue_families.FAMILIES, *queue_families.COUNTED, *queue_families.DERIVED, *queue_wait.FAMILIES,
+                *eviction_families.FAMILIES)

@@ -76,8 +76,9 @@ def test_rendered_objects_pass_kubernetes_validate_strict(fixture_chart: Path, v
 # ---- RBAC -----------------------------------------------------------------------------------------------
 
 READ = ("get", "list", "watch")
-EXPORTER_RULES = {("", "pods", v) for v in READ} | {("batch.volcano.sh", "jobs", v) for v in READ} | {
-    ("scheduling.volcano.sh", r, v) for r in ("podgroups", "queues") for v in READ}
+EXPORTER_RULES = (  # events: evictions and preemptions
+    {("", r, v) for r in ("pods", "events") for v in READ} | {("batch.volcano.sh", "jobs", v) for v in READ}
+    | {("scheduling.volcano.sh", r, v) for r in ("podgroups", "queues") for v in READ})
 WATCHDOG_RULES = (
     {("", r, v) for r in ("pods", "nodes") for v in READ}
     | {("batch.volcano.sh", "jobs", v) for v in READ}
