@@ -8,6 +8,12 @@ store is dropped once the JSON is extracted, so its ~2 GB of dicts do not slow o
   watch line through `Informer._handle_line`, to a fresh `Exporter` (app.py wiring, informers never
   started) that already holds the jobs, podgroups and queues; divided by the pod count. It counts what
   stays: informer cache entry, Pod view, the store's rows and per-pod state, aggregate contributions.
+- rss_bytes_per_pod: the same pods applied in a fresh process set up as `volcano-exporter` is (malloc
+  tuning), reading watch lines from files a line at a time; process RSS (after a collection and a malloc
+  trim) after the pods minus before them, divided by the pod count: what a pod costs the machine.
+- scrape_gzip_ms_p50: the gzip body as the HTTP server sends it (`scrape_gzip_chunks`), median of --runs
+  scrapes each after --gzip-changes pod updates (untimed); also the first scrape (nothing cached yet), the
+  median with nothing changed, and the body's size.
 - scrape_ms_p50 / scrape_bytes: `Exporter.scrape()` (or consuming `scrape_chunks()`, if the exporter
   streams) of that exporter, median of --runs; bytes include the self-metrics.
 - baseline_scrape_ms_p50 / speedup_vs_baseline: a naive prometheus_client exporter: a custom collector
@@ -71,7 +77,8 @@ from simulator.store import Store
 
 log = logging.getLogger("bench.exporter")
 TARGETS = {"events_per_second": (">=", 20_000), "scrape_ms_p50": ("<=", 100), "speedup_vs_baseline": (">=", 10),
-           "memory_bytes_per_pod": ("<=", 2048), "initial_sync_seconds_100k_pods": ("<=", 15)}
+           "memory_bytes_per_pod": ("<=", 2048), "initial_sync_seconds_100k_pods": ("<=", 15),
+           "rss_bytes_per_pod": ("<=", 2048), "scrape_gzip_ms_p50": ("<=", 100)}
 Raws = dict[ResourceKind, list[bytes]]
 
 
@@ -103,6 +110,64 @@ def timed(fn: Callable[[], object]) -> float:
     started = time.perf_counter()
     fn()
     return time.perf_counter() - started
+
+
+def rss_child(directory: str) -> None:
+    """--rss-child: a fresh interpreter, set up as `volcano-exporter` sets itself up, applies the objects
+    from files (read a line at a time, so the input never stays resident) and prints the process RSS
+    its pods added, after a collection and a trim, as JSON."""
+    from exporter import memory
+
+    def rss() -> int:
+        gc.collect()
+        memory.trim()
+        with open("/proc/self/statm") as f:
+            return int(f.read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
+
+    memory.tune_allocator()
+    exporter = Exporter(cast(Any, None))
+    informers = informers_by_kind(exporter)
+    for kind in (JOBS, PODGROUPS, QUEUES, PODS):
+        if kind is PODS:
+            before = rss()
+        with open(Path(directory) / f"{kind.plural}.jsonl", "rb") as lines:
+            for line in lines:
+                informers[kind]._handle_line(line.rstrip(b"\n"))
+    after = rss()
+    pods = len(informers[PODS].cache)
+    print(json.dumps({"pods": pods, "rss_before_pods": before, "rss_after_pods": after,
+                      "rss_bytes_per_pod": (after - before) / max(pods, 1)}))
+
+
+def rss_per_pod(raws: Raws) -> dict[str, Any]:
+    with tempfile.TemporaryDirectory() as tmp:
+        for kind, items in raws.items():
+            with open(Path(tmp) / f"{kind.plural}.jsonl", "wb") as out:
+                for raw in items:
+                    out.write(watch_line("ADDED", raw) + b"\n")
+        done = subprocess.run([sys.executable, __file__, "--rss-child", tmp], capture_output=True, text=True,
+                              check=True)
+    return cast(dict[str, Any], json.loads(done.stdout))
+
+
+def gzip_scrape_ms(exporter: Exporter, pods: list[bytes], runs: int, changes: int, first: int) -> dict[str, float]:
+    """Gzip scrapes as the HTTP server sends them: the first (nothing cached), then `runs` with nothing
+    changed, then `runs` each after `changes` pod updates (applied untimed)."""
+    informer = informers_by_kind(exporter)[PODS]
+
+    def scrape() -> int:
+        return sum(map(len, exporter.scrape_gzip_chunks()))
+
+    cold = timed(scrape) * 1000
+    unchanged = median_ms(scrape, runs)
+    changed = []
+    for run in range(runs):
+        for line in modified_lines(pods, first + run * changes, changes):
+            informer._handle_line(line)
+        changed.append(timed(scrape) * 1000)
+    return {"scrape_gzip_ms_p50": round(statistics.median(changed), 2), "scrape_gzip_changes_per_scrape": changes,
+            "scrape_gzip_ms_unchanged_p50": round(unchanged, 2), "scrape_gzip_ms_first": round(cold, 2),
+            "scrape_gzip_bytes": scrape()}
 
 
 def fill(raws: Raws) -> tuple[Exporter, int]:
@@ -197,6 +262,9 @@ class NaiveCollector:
             if pod.phase in ("Pending", "Running"):
                 for resource, amount in pod.requests:
                     pod_requests[queue, pod.phase.lower()][resource] += amount
+        group_phases: dict[tuple[str, str], int] = defaultdict(int)  # derived: Queue status lacks the counts
+        for p in self.groups:
+            group_phases[p.queue, qf.podgroup_phase_label(p.phase)] += 1
         for q in self.queues:
             reclaimable = "" if q.reclaimable is None else str(q.reclaimable).lower()
             g(qf.INFO, (q.name, q.parent, reclaimable), 1)
@@ -206,7 +274,7 @@ class NaiveCollector:
                 res(family, (q.name,), resources)
             g(qf.STATE, (q.name, q.state), 1 if q.state else None)
             for phase in ("pending", "running", "inqueue", "completed", "unknown"):
-                g(qf.PODGROUPS, (q.name, phase), getattr(q, phase))
+                g(qf.PODGROUPS, (q.name, phase), group_phases[q.name, phase])
         for (queue, phase), sums in pod_requests.items():
             res(qf.POD_REQUESTS, (queue, phase), tuple(sums.items()))
         for (queue, phase), count in job_phases.items():
@@ -271,14 +339,14 @@ def modified_lines(pods: list[bytes], start: int, count: int) -> list[bytes]:
 
 def events_per_second(exporter: Exporter, pods: list[bytes], events: int, chunk: int = 10_000) -> float:
     informer = informers_by_kind(exporter)[PODS]
-    seconds = 0.0
+    seconds, before = 0.0, informer.events["MODIFIED"]
     for start in range(0, events, chunk):
         lines = modified_lines(pods, start, min(chunk, events - start))
         started = time.perf_counter()
         for line in lines:
             informer._handle_line(line)
         seconds += time.perf_counter() - started
-    if informer.events["MODIFIED"] != events or informer.decode_errors or informer.handler_errors:
+    if informer.events["MODIFIED"] - before != events or informer.decode_errors or informer.handler_errors:
         raise SystemExit("not every watch event was applied")
     return events / seconds
 
@@ -310,8 +378,14 @@ def main() -> None:
     parser.add_argument("--runs", type=int, default=15, help="Exporter.scrape() runs for the median")
     parser.add_argument("--baseline-runs", type=int, default=3, help="prometheus_client runs for its median")
     parser.add_argument("--sync-runs", type=int, default=2, help="initial syncs over HTTP (the best counts)")
+    parser.add_argument("--gzip-changes", type=int, default=1000,
+                        help="pod updates between two measured gzip scrapes (about 30 s of a busy 100k-pod cluster)")
     parser.add_argument("--serve", action="store_true", help=argparse.SUPPRESS)
+    parser.add_argument("--rss-child", help=argparse.SUPPRESS)
     args = parser.parse_args()
+    if args.rss_child:
+        rss_child(args.rss_child)
+        return
     logging.basicConfig(stream=sys.stderr, level=logging.INFO, format="%(asctime)s %(name)s: %(message)s")
     if args.serve:
         serve(args)
@@ -338,6 +412,7 @@ def main() -> None:
     body = exporter.scrape()
     chunks = getattr(exporter, "scrape_chunks", None)  # what the HTTP server consumes, if it streams
     scrape_ms = median_ms(exporter.scrape if chunks is None else lambda: sum(map(len, chunks())), args.runs)
+    gzip_result = gzip_scrape_ms(exporter, raws[PODS], args.runs, args.gzip_changes, first=args.events)
     informers = informers_by_kind(exporter)
     views = [[entry.obj for entry in informers[kind].cache.values()] for kind in (JOBS, PODGROUPS, PODS, QUEUES)]
     baseline, baseline_ms = naive_scrape(NaiveCollector(*views), args.baseline_runs)
@@ -348,7 +423,11 @@ def main() -> None:
     del baseline, store_out
     log.info("events: %d MODIFIED pod watch lines through the pod informer", args.events)
     eps = events_per_second(exporter, raws[PODS], args.events)
-    del exporter, raws
+    del exporter
+    gc.collect()
+    log.info("rss: the pods applied in a fresh process, measured as its RSS")
+    rss = rss_per_pod(raws)
+    del raws
     gc.collect()
     log.info("initial sync over HTTP from %s, %d times", url, args.sync_runs)
     syncs = [initial_sync(url) for _ in range(args.sync_runs)]
@@ -362,6 +441,8 @@ def main() -> None:
         "baseline_scrape_ms_p50": round(baseline_ms, 2), "baseline_samples": len(theirs),
         "series_identical": same_series(ours, theirs), "speedup_vs_baseline": round(baseline_ms / scrape_ms, 1),
         "memory_bytes_per_pod": round(held / pods), "memory_method": "tracemalloc",
+        "rss_bytes_per_pod": round(rss["rss_bytes_per_pod"]), "rss_after_pods_bytes": rss["rss_after_pods"],
+        **gzip_result,
         "initial_sync_seconds_100k_pods": round(min(seconds for seconds, _ in syncs), 2),
         "initial_sync_runs": [round(seconds, 2) for seconds, _ in syncs], "initial_sync_pods": syncs[0][1],
         "python": platform.python_version(), "cpu_count": os.cpu_count(),

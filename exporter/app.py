@@ -22,6 +22,7 @@ from exporter.kube.informer import Backoff, Informer
 from exporter.kube.resources import EVENTS, JOBS, PODGROUPS, PODS, QUEUES, ResourceKind
 from exporter.model import PodGroup, parse_job, parse_pod, parse_podgroup, parse_queue
 from exporter.podview import is_volcano_pod
+from exporter.rows import gzip_member
 from exporter.sharding import owns, raw_uid
 from exporter.store import ExporterStore
 
@@ -98,6 +99,16 @@ class Exporter:
         with self._scrape_lock:
             yield selfmetrics.render(self.informers, dict(self.store.parse_problems), self._scrape_seconds,
                                      self._scrapes).encode()
+            self._scrape_seconds = time.perf_counter() - started
+            self._scrapes += 1
+
+    def scrape_gzip_chunks(self) -> Iterator[bytes]:
+        """The /metrics body as gzip members, most of them cached (see exporter/rows.py)."""
+        started = time.perf_counter()
+        yield from self.store.gzip_chunks()
+        with self._scrape_lock:
+            yield gzip_member(selfmetrics.render(self.informers, dict(self.store.parse_problems),
+                                                 self._scrape_seconds, self._scrapes).encode())
             self._scrape_seconds = time.perf_counter() - started
             self._scrapes += 1
 

@@ -8,6 +8,7 @@ import signal
 import sys
 import threading
 
+from exporter import memory
 from exporter.app import Exporter
 from exporter.flags import Parser, env_flag, host_port, kubeconfig_flag, log_level_flag
 from exporter.kube.config import ClusterConfigError, api_client
@@ -54,6 +55,7 @@ def main(argv: list[str] | None = None) -> int:
     except ClusterConfigError as exc:
         print(f"volcano-exporter: {exc}", file=sys.stderr)
         return 2
+    memory.tune_allocator()  # before any thread starts (see exporter/memory.py)
     host, port = args.listen
     exporter = Exporter(api, args.namespaces, args.shard, args.total_shards)
     try:
@@ -62,6 +64,7 @@ def main(argv: list[str] | None = None) -> int:
         print(f"volcano-exporter: cannot listen on {host}:{port}: {exc.strerror}", file=sys.stderr)
         return 2
     exporter.start()
+    memory.start_trimmer()
     serve_in_background(server)
     log.info("serving /metrics on %s:%d (shard %d of %d%s)", host, server.server_address[1], args.shard,
              args.total_shards, f", namespaces {','.join(args.namespaces)}" if args.namespaces else "")

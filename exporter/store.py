@@ -14,7 +14,7 @@ import threading
 import time
 import weakref
 from collections import defaultdict
-from collections.abc import Iterator, KeysView, Sequence
+from collections.abc import Iterator
 from functools import lru_cache
 
 from exporter.eviction import EvictionEvent, parse_eviction_event
@@ -29,6 +29,7 @@ from exporter.kube.informer import DELETED
 from exporter.model import Job, Pod, PodGroup, Queue
 from exporter.podrequests import Resources
 from exporter.quantity import resource_label_and_unit
+from exporter.rows import Rows, Stale, gzip_member
 
 log = logging.getLogger(__name__)
 
@@ -36,40 +37,6 @@ NANO = 1_000_000_000
 QueuePhase = tuple[str, str]
 GroupKey = tuple[str, str]  # (namespace, podgroup name)
 GroupOwner = tuple[str, str, str]  # queue, job_name, job_kind
-
-
-class Rows:
-    """Rendered samples per family, keyed by object."""
-
-    def __init__(self, families: Sequence[Family]) -> None:
-        self.families = tuple(families)
-        self.headers = [f.header.encode() for f in self.families]
-        self.rows: list[dict[str, bytes]] = [{} for _ in self.families]
-
-    def put(self, key: str, rendered: Sequence[str]) -> None:
-        for rows, text in zip(self.rows, rendered, strict=True):
-            if text:
-                rows[key] = text.encode()
-            else:
-                rows.pop(key, None)
-
-    def delete(self, key: str) -> None:
-        for rows in self.rows:
-            rows.pop(key, None)
-
-    def parts(self, out: list[bytes]) -> None:
-        """Headers and row references, not joined (see `ExporterStore.chunks`)."""
-        for header, rows in zip(self.headers, self.rows, strict=True):
-            if rows:
-                out.append(header)
-                out.extend(rows.values())
-
-    def keys(self) -> KeysView[str]:
-        """The objects that have rows (every family's first one is always rendered)."""
-        return self.rows[0].keys()
-
-    def __len__(self) -> int:
-        return len(self.rows[0])
 
 
 @lru_cache(maxsize=65536)
@@ -133,6 +100,8 @@ class ExporterStore:
         self.observe_since = time.time() if observe_since is None else observe_since
         self.ledger = queue_wait.Ledger(self.observe_since)
         self.evictions = eviction_families.Evictions(self.observe_since)
+        # The histograms' and counters' gzip member, kept until one of them changes (rarely, next to pods).
+        self._history_gzip: tuple[tuple[int, int], bytes] = ((-1, -1), b"")
         self.jobs = Rows(job_families.FAMILIES)
         self.pods = Rows(pod_families.FAMILIES)
         self.podgroups = Rows(podgroup_families.FAMILIES)
@@ -350,6 +319,45 @@ class ExporterStore:
             self.evictions.write(parts)
         for start in range(0, len(parts), batch):
             yield b"".join(parts[start:start + batch])
+
+    def gzip_chunks(self) -> Iterator[bytes]:
+        """The exposition as gzip members (see exporter/rows.py): the blocks unchanged since the last
+        scrape come from the cache, the others are compressed outside the lock and cached after."""
+        planned: list[bytes | Stale] = []
+        derived: list[bytes] = []
+        with self.lock:
+            for rows in (self.jobs, self.podgroups, self.pods, self.queues):
+                rows.gzip_parts(planned)
+            if self.emit_queues:
+                lines = queue_families.podgroup_lines(self.podgroup_counts, self.queues.keys())
+                if lines:
+                    derived += (queue_families.PODGROUPS.header.encode(), lines.encode())
+            self.aggregates.write(derived)
+            history: list[bytes] = []
+            self.ledger.write(history)
+            self.evictions.write(history)
+            version = (self.ledger.version, self.evictions.version)
+            cached = self._history_gzip[1] if self._history_gzip[0] == version else None
+        fresh: list[tuple[Stale, bytes]] = []
+        for part in planned:
+            if isinstance(part, Stale):
+                member = part.compress()
+                fresh.append((part, member))
+                yield member
+            else:
+                yield part
+        if derived:
+            yield gzip_member(b"".join(derived))
+        if history:
+            if cached is None:
+                cached = gzip_member(b"".join(history))
+                with self.lock:
+                    self._history_gzip = (version, cached)
+            yield cached
+        if fresh:
+            with self.lock:
+                for stale, member in fresh:
+                    stale.rows.keep(stale, member)
 
     def families(self) -> tuple[Family, ...]:
         return (*job_families.FAMILIES, *podgroup_families.FAMILIES, *pod_families.FAMILIES,

@@ -75,6 +75,9 @@ class ApiServer:
         self.metrics_source = metrics_source  # object with prometheus_metrics() -> bytes
         self.active_watches = 0
         self.requests_total = 0
+        # What lists cost a real API server: a page read from etcd, or one answer from its watch cache.
+        self.list_pages_from_storage = 0
+        self.lists_from_cache = 0
 
     def app(self) -> web.Application:
         app = web.Application(client_max_size=64 * 1024 * 1024)
@@ -99,7 +102,9 @@ class ApiServer:
     # ---- control endpoints ----------------------------------------------------------------------
 
     async def _get_faults(self, _: web.Request) -> web.Response:
-        return _json(asdict(self.faults) | {"active_watches": self.active_watches, "resource_version": self.store.rv})
+        return _json(asdict(self.faults) | {"active_watches": self.active_watches, "resource_version": self.store.rv,
+                                            "lists_from_cache": self.lists_from_cache,
+                                            "list_pages_from_storage": self.list_pages_from_storage})
 
     async def _set_faults(self, request: web.Request) -> web.Response:
         """Body keys: any Faults field, plus `drop_watches: true` and `expire: true`."""
@@ -252,6 +257,23 @@ class ApiServer:
         except ValueError as exc:
             raise ApiError(400, "BadRequest", "limit must be an integer") from exc
         token = query.get("continue")
+        since, match = query.get("resourceVersion", ""), query.get("resourceVersionMatch", "")
+        if token and since:
+            raise ApiError(400, "BadRequest", "specifying resource version is not allowed when using continue")
+        if match and not since:
+            raise ApiError(400, "BadRequest", "resourceVersionMatch is forbidden unless resourceVersion is provided")
+        if match not in ("", "NotOlderThan", "Exact"):
+            raise ApiError(400, "BadRequest", f"unsupported resourceVersionMatch {match!r}")
+        if since and match != "Exact":
+            # Kubernetes v1.32's watch cache: "0" (any) or NotOlderThan, whole list in one answer (limit ignored).
+            if not since.isdigit():
+                raise ApiError(400, "BadRequest", f"invalid resourceVersion {since!r}")
+            if int(since) > self.store.rv:
+                raise ApiError(504, "Timeout", f"Too large resource version: {since}, current: {self.store.rv}")
+            self.lists_from_cache += 1
+            limit = 0
+        else:
+            self.list_pages_from_storage += 1
         if token:
             snap_token, _, offset_text = token.partition(":")
             snap = self.store.snapshot(snap_token)

@@ -80,6 +80,7 @@ def run_watchdog(settings: Settings) -> int:
         def capture_signals(self) -> Iterator[None]:
             yield
 
+    from exporter import memory
     from exporter.kube.config import api_client
     from watchdog.api import CollectorHealth, Health, QueueView, create_app
     from watchdog.app import Watchdog
@@ -88,6 +89,8 @@ def run_watchdog(settings: Settings) -> int:
     from watchdog.capability.metrics import render_capability_metrics
     from watchdog.leader import make_leader
 
+    memory.tune_allocator()  # before any thread starts (see exporter/memory.py)
+    memory.start_trimmer()
     engine = make_engine(settings.database_url)
     api = api_client(settings.kubeconfig)
     # One leader (a Lease) sends messages and patches queues; the others watch and store.

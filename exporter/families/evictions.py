@@ -49,6 +49,7 @@ class Evictions:
         self.clock = clock
         self.counts: dict[Key, int] = {}
         self.text: dict[Key, bytes] = {}
+        self.version = 0  # bumped on every count (the store caches the gzip member)
         self.counted: dict[str, float | None] = {}  # pod UID -> forget-at (None while the pod exists)
         self._expiring: deque[tuple[float, str]] = deque()
         self.recent: dict[str, Where] = {}  # deleted pods by UID, for Events that come after
@@ -95,6 +96,7 @@ class Evictions:
         self.counted[uid] = None
         n = self.counts[key] = self.counts.get(key, 0) + 1
         self.text[key] = EVICTIONS.line(key, n).encode()
+        self.version += 1
 
     def _prune(self) -> None:
         now = self.clock()

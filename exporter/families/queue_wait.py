@@ -108,6 +108,7 @@ class Ledger:
         self.waits: dict[Series, Histogram] = {}
         self.runs: dict[Series, Histogram] = {}
         self.seen: dict[str, Seen] = {}  # by Job UID; one entry per existing Job at most
+        self.version = 0  # bumped on every change of the rendered text (the store caches its gzip member)
 
     def on_job(self, deleted: bool, job: Job) -> None:
         """Observe what this version of the Job newly shows; forget the Job when it is deleted."""
@@ -124,18 +125,20 @@ class Ledger:
             queued = job.run_queued_time if job.run_queued_time is not None else job.creation_timestamp
             if started > self.observe_since and queued is not None:
                 wait.observe(max(0.0, started - queued))
+                self.version += 1
         if finished is not None and started is not None and (seen.finished is None or finished > seen.finished):
             seen.finished = finished
             if finished > self.observe_since:
                 run.observe(max(0.0, finished - started))
+                self.version += 1
         if deleted:
             del self.seen[job.uid]
 
-    @staticmethod
-    def _series(table: dict[Series, Histogram], family: Family, series: Series) -> Histogram:
+    def _series(self, table: dict[Series, Histogram], family: Family, series: Series) -> Histogram:
         histogram = table.get(series)
         if histogram is None:
             histogram = table[series] = Histogram(family, series)
+            self.version += 1
         return histogram
 
     def write(self, out: list[bytes]) -> None:

@@ -116,6 +116,7 @@ class Informer(Generic[T]):
         watch_timeout_seconds: int = 300,
         backoff: Backoff | None = None,
         forbidden_retry_seconds: float = 60.0,
+        list_from_cache: bool = True,
     ) -> None:
         self.api = api
         self.kind = kind
@@ -130,6 +131,8 @@ class Informer(Generic[T]):
         self.handlers: list[Handler[T]] = []
         self.cache: dict[str, Entry[T]] = {}
         self.last_resource_version = ""
+        self.list_from_cache = list_from_cache  # False: every list is a paginated read from etcd
+        self._storage_list = False  # the cache could not serve the last list: read from storage
         # Observable state (read by self-metrics; plain attributes, written by one thread).
         self.synced = threading.Event()
         self.state = STARTING
@@ -281,6 +284,16 @@ class Informer(Generic[T]):
 
     # ---- list -----------------------------------------------------------------------------------
 
+    def _list_resource_version(self) -> str:
+        """Where a list may be served from, as client-go's reflector decides. The first list takes "0": any
+        state the API server's watch cache holds, with no read from etcd (paginated reads of 100k pods
+        from etcd cost the API server and etcd several times more). A relist asks for a state no older
+        than the one already seen (still from the cache), so the view never goes back in time. After
+        the server said it cannot (410), "": a consistent read from storage."""
+        if self._storage_list or not self.list_from_cache:
+            return ""
+        return self.last_resource_version or "0"
+
     def _list_and_reconcile(self) -> None:
         """List every page, applying each as it arrives; then delete what the list no longer has."""
         self.state = LISTING
@@ -288,19 +301,38 @@ class Informer(Generic[T]):
             self.relists += 1
         seen: set[str] = set()
         token = ""
+        since = self._list_resource_version()
         while True:
             query = [("limit", str(self.page_size)), *self._selector_query()]
             if token:
-                query.append(("continue", token))
+                query.append(("continue", token))  # the API server refuses a resourceVersion with it
+            elif since == "0":
+                query.append(("resourceVersion", "0"))
+            elif since:
+                query += [("resourceVersion", since), ("resourceVersionMatch", "NotOlderThan")]
             try:
                 response = self._request(query, read_timeout=120)
-            except WatchExpired:
-                if not token:
+            except ApiStatusError as exc:
+                if not (since and exc.code == 504 and "too large resource version" in exc.message.lower()):
                     raise
-                log.info("%s: list continue token expired; listing again from the start", self.name)
+                # Our resourceVersion is newer than the server's (an etcd restore, a lagging replica).
+                log.info("%s: the API server is behind resourceVersion %s; listing from storage", self.name, since)
+                self._storage_list = True
+                since = ""
+                continue
+            except WatchExpired:
+                if token:
+                    log.info("%s: list continue token expired; listing again from the start", self.name)
+                    self.relists += 1
+                elif since:
+                    log.info("%s: the API server's cache cannot serve resourceVersion %s; listing from storage",
+                             self.name, since)
+                    self._storage_list = True
+                else:
+                    raise
                 seen.clear()
                 token = ""
-                self.relists += 1
+                since = ""
                 continue
             with gc_paused():
                 body = orjson.loads(response.data)
@@ -319,6 +351,7 @@ class Informer(Generic[T]):
             entry = self.cache.pop(key)
             self._dispatch(DELETED, entry.obj)
         self.last_resource_version = str(metadata.get("resourceVersion") or "")
+        self._storage_list = False
         self.synced.set()
         if self._reported:
             log.info("%s: listing works again (%d objects)", self.name, len(self.cache))

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import time
+import zlib
 from typing import Any
 
 import pytest
@@ -175,3 +176,28 @@ def test_malformed_jobs_are_counted_not_observed(raw: dict[str, Any]) -> None:
     assert count(store, WAIT, queue="default", priority_class="") == 0
     problems = store.parse_problems["jobs"]
     assert problems > 0 or raw["metadata"]["name"] != "bad"
+
+
+def test_gzip_scrape_carries_the_histograms_and_follows_their_changes() -> None:
+    """The gzip body (a sequence of members) decompresses to the plain body; the histograms' member is
+    cached between scrapes and recompressed when an observation changes them."""
+    store = ExporterStore(observe_since=T)
+
+    def gunzip_all(data: bytes) -> bytes:
+        out, rest = b"", data
+        while rest:
+            inflater = zlib.decompressobj(wbits=31)
+            out += inflater.decompress(rest)
+            rest = inflater.unused_data
+        return out
+
+    store.on_job(ADDED, parse_job(job([("Pending", T + 1)], "Pending", created=T + 1)))
+    for rv, phase, conditions in (("2", "Running", [("Pending", T + 1), ("Running", T + 8)]),
+                                  ("3", "Completed", [("Pending", T + 1), ("Running", T + 8), ("Completed", T + 20)])):
+        first = gunzip_all(b"".join(store.gzip_chunks()))
+        again = gunzip_all(b"".join(store.gzip_chunks()))  # from the cache
+        assert first == again == b"".join(store.chunks())
+        store.on_job(MODIFIED, parse_job(job(conditions, phase, created=T + 1, rv=rv)))
+        changed = gunzip_all(b"".join(store.gzip_chunks()))
+        assert changed == b"".join(store.chunks()) != first
+    assert count(store, RUN, queue="q", priority_class="high") == 1

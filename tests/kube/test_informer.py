@@ -73,11 +73,46 @@ def create_pods(sim: SimulatorThread, count: int, namespace: str = "default") ->
     sim.call(create)
 
 
+def test_first_list_is_served_by_the_api_servers_cache(sim: SimulatorThread, api: client.ApiClient,
+                                                       informers: list[Any]) -> None:
+    """resourceVersion=0, as client-go's reflector: one answer from the watch cache, no etcd pages."""
+    create_pods(sim, 25)
+    informer, rec = start(api, informers, page_size=10)
+    assert (sim.api.lists_from_cache, sim.api.list_pages_from_storage) == (1, 0)
+    assert cache_state(informer) == server_state(sim) and len(rec.events) == 25
+
+
+def test_relist_asks_for_no_older_state_and_falls_back_to_storage(sim: SimulatorThread, api: client.ApiClient,
+                                                                  informers: list[Any]) -> None:
+    create_pods(sim, 25)
+    informer, rec = start(api, informers, page_size=10)
+    sim.stop_http()
+    sim.call(sim.store.delete, sim_types.PODS, "default", "p0")
+    sim.call(sim.store.compact)
+    sim.start_http()  # the watch gets 410: relist, NotOlderThan what was seen, from the cache
+    wait_for(lambda: informer.relists >= 1 and cache_state(informer) == server_state(sim))
+    assert (sim.api.lists_from_cache, sim.api.list_pages_from_storage) == (2, 0)
+    assert rec.of("p0") == ["ADDED", "DELETED"]
+
+
+def test_a_server_behind_our_resource_version_is_read_from_storage(sim: SimulatorThread,
+                                                                   api: client.ApiClient) -> None:
+    create_pods(sim, 25)
+    informer: Informer[dict[str, Any]] = Informer(api, PODS, page_size=10)
+    informer.last_resource_version = str(sim.store.rv + 1000)  # as after an etcd restore
+    informer._list_and_reconcile()  # the relist a running informer would make
+    assert sim.api.list_pages_from_storage == 3  # "too large resource version": a consistent read, paged
+    assert cache_state(informer) == server_state(sim) and informer.last_resource_version == str(sim.store.rv)
+    informer._list_and_reconcile()
+    assert sim.api.lists_from_cache == 1  # and the cache again once the server has caught up
+
+
 def test_paginated_list_then_watch(sim: SimulatorThread, api: client.ApiClient, informers: list[Any]) -> None:
     create_pods(sim, 25)
     before = sim.api.requests_total
-    informer, rec = start(api, informers, page_size=10)
+    informer, rec = start(api, informers, page_size=10, list_from_cache=False)
     assert sim.api.requests_total - before >= 3  # three pages, then the watch
+    assert sim.api.list_pages_from_storage == 3
     assert cache_state(informer) == server_state(sim)
     assert [t for t, _, _ in rec.events] == ["ADDED"] * 25
     sim.call(sim.store.mutate, sim_types.PODS, "default", "p3", lambda o: o["metadata"].update(labels={"x": "1"}))
@@ -124,7 +159,7 @@ def test_expired_continue_token_restarts_the_list(sim: SimulatorThread, api: cli
         return original(token)
 
     sim.store.snapshot = snapshot_expiring_once  # type: ignore[method-assign]
-    informer, rec = start(api, informers, page_size=10)
+    informer, rec = start(api, informers, page_size=10, list_from_cache=False)
     assert expired["done"] and informer.relists == 1
     assert cache_state(informer) == server_state(sim)
     assert len(rec.events) == 30 and len(set(rec.events)) == 30  # nothing delivered twice
