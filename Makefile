@@ -25,6 +25,8 @@ lint: install
 	$(BIN)/mypy
 
 test: lint
+	@# helm, PostgreSQL, Prometheus and Alertmanager: brought, started or named (see the script)
+	bash deploy/tools/test-prereqs.sh
 	PATH="$(CURDIR)/$(BIN):$(CURDIR)/.tools/bin:$$PATH" $(BIN)/pytest
 
 bench: install

@@ -8,6 +8,7 @@ kube-scheduler `Preempted` Event names the preemptor. The predicate keeps only e
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import threading
 import time
@@ -17,10 +18,12 @@ from typing import Any
 from kubernetes import client
 
 from exporter import selfmetrics
+from exporter.cardinality import DEFAULTS, Options
 from exporter.eviction import about_eviction
+from exporter.families.compat import parse_containers
 from exporter.kube.informer import Backoff, Informer
 from exporter.kube.resources import EVENTS, JOBS, PODGROUPS, PODS, QUEUES, ResourceKind
-from exporter.model import PodGroup, parse_job, parse_pod, parse_podgroup, parse_queue
+from exporter.model import Job, Pod, PodGroup, parse_job, parse_pod, parse_podgroup, parse_queue
 from exporter.podview import is_volcano_pod
 from exporter.rows import gzip_member
 from exporter.sharding import owns, raw_uid
@@ -36,8 +39,8 @@ def _involved_uid(raw: Any) -> str:
 class Exporter:
     def __init__(self, api: client.ApiClient, namespaces: Sequence[str] = (), shard: int = 0, total_shards: int = 1,
                  backoff_base: float = 0.5, backoff_cap: float = 30.0, forbidden_retry_seconds: float = 60.0,
-                 watch_timeout_seconds: int = 300) -> None:
-        self.store = ExporterStore(emit_queues=shard == 0)
+                 watch_timeout_seconds: int = 300, options: Options = DEFAULTS) -> None:
+        self.store = ExporterStore(emit_queues=shard == 0, options=options)
         self.informers: list[Informer[Any]] = []
         self.optional: list[Informer[Any]] = []  # not waited for by /readyz (events: an older RBAC lacks them)
         self._scrape_seconds = 0.0
@@ -58,12 +61,13 @@ class Exporter:
                 if not required:
                     self.optional.append(informer)
 
-        pod_view = functools.partial(parse_pod, statuses=False)  # the exporter renders no container status
+        pod_view = pod_transform(options, compat=self.store.compat)
+        job_view = job_transform(options)
         if total_shards > 1:
-            add(JOBS, parse_job, self.store.on_job, lambda raw: mine(raw_uid(raw)))
+            add(JOBS, job_view, self.store.on_job, lambda raw: mine(raw_uid(raw)))
             add(PODS, pod_view, self.store.on_pod, lambda raw: is_volcano_pod(raw) and mine(raw_uid(raw)))
         else:  # one replica: no UID hashing on the hot path
-            add(JOBS, parse_job, self.store.on_job, None)
+            add(JOBS, job_view, self.store.on_job, None)
             add(PODS, pod_view, self.store.on_pod, is_volcano_pod)
 
         def on_podgroup(event_type: str, group: PodGroup) -> None:
@@ -74,8 +78,10 @@ class Exporter:
         add(PODGROUPS, parse_podgroup, on_podgroup, None)
         add(EVENTS, self.store.parse_eviction_event, self.store.on_eviction_event,
             lambda raw: about_eviction(raw) and mine(_involved_uid(raw)), required=False)
-        if shard == 0:
-            add(QUEUES, parse_queue, self.store.on_queue, None)
+        # Every shard: its waiting jobs are explained against the queue tree (only shard 0 renders queues).
+        add(QUEUES, parse_queue, self.store.on_queue, None)
+        queues = self.informers[-1]
+        self.store.waiting.queues_listed = queues.synced.is_set
 
     def start(self) -> Exporter:
         for informer in self.informers:
@@ -97,8 +103,7 @@ class Exporter:
         started = time.perf_counter()
         yield from self.store.chunks()
         with self._scrape_lock:
-            yield selfmetrics.render(self.informers, dict(self.store.parse_problems), self._scrape_seconds,
-                                     self._scrapes).encode()
+            yield self._self_metrics()
             self._scrape_seconds = time.perf_counter() - started
             self._scrapes += 1
 
@@ -107,11 +112,50 @@ class Exporter:
         started = time.perf_counter()
         yield from self.store.gzip_chunks()
         with self._scrape_lock:
-            yield gzip_member(selfmetrics.render(self.informers, dict(self.store.parse_problems),
-                                                 self._scrape_seconds, self._scrapes).encode())
+            yield gzip_member(self._self_metrics())
             self._scrape_seconds = time.perf_counter() - started
             self._scrapes += 1
+
+    def _self_metrics(self) -> bytes:
+        """The self-metrics (the scrape lock held)."""
+        with self.store.lock:
+            dropped = dict(self.store.caps.dropped)
+        return selfmetrics.render(self.informers, dict(self.store.parse_problems), self._scrape_seconds,
+                                  self._scrapes, dropped).encode()
 
     def scrape(self) -> bytes:
         """The whole body at once (tests and tools; the server streams `scrape_chunks`)."""
         return b"".join(self.scrape_chunks())
+
+
+def pod_transform(options: Options, compat: bool) -> Callable[[Any], Pod]:
+    """Raw pod -> the exporter's Pod view: no container statuses (nothing renders them) unless the
+    compatibility families need them, and the Kubernetes labels --metric-labels-allowlist asks for."""
+    labels = options.labels.wants("pods")
+    if not labels and not compat:
+        return functools.partial(parse_pod, statuses=False)
+
+    def view(raw: Any) -> Pod:
+        pod = parse_pod(raw, statuses=False)
+        if labels:
+            pod.labels = options.labels.select("pods", raw)
+        if compat:
+            probs: list[str] = []
+            pod.containers = parse_containers(raw, probs)
+            if probs:
+                pod.problems += tuple(probs)
+        return pod
+
+    return view
+
+
+def job_transform(options: Options) -> Callable[[Any], Job]:
+    if not options.labels.wants("jobs"):
+        return parse_job
+
+    def view(raw: Any) -> Job:
+        job = parse_job(raw)
+        labels = options.labels.select("jobs", raw)
+        return dataclasses.replace(job, labels=labels) if labels else job
+
+    return view

@@ -10,7 +10,8 @@ import threading
 
 from exporter import memory
 from exporter.app import Exporter
-from exporter.flags import Parser, env_flag, host_port, kubeconfig_flag, log_level_flag
+from exporter.cardinality import Options, family_filter, labels_allowlist, max_objects
+from exporter.flags import Parser, boolean, env_flag, host_port, kubeconfig_flag, log_level_flag
 from exporter.kube.config import ClusterConfigError, api_client
 from exporter.server import make_server, serve_in_background
 
@@ -32,6 +33,21 @@ def build_parser() -> argparse.ArgumentParser:
              help="this replica's shard index, 0-based")
     env_flag(parser, "--total-shards", "VOLCANO_EXPORTER_TOTAL_SHARDS", default="1", type=int,
              help="number of exporter replicas that split objects by UID hash (FNV-1a 64, as kube-state-metrics)")
+    env_flag(parser, "--compat-kube-state-metrics-fork", "VOLCANO_EXPORTER_COMPAT_KUBE_STATE_METRICS_FORK",
+             default="false", type=boolean, nargs="?", const=True, metavar="BOOL",
+             help="also serve the kube_pod_volcano_* families of Volcano's forked kube-state-metrics, for the "
+                  "dashboards Volcano's chart installs (docs/compat.md)")
+    env_flag(parser, "--metric-allowlist", "VOLCANO_EXPORTER_METRIC_ALLOWLIST", default="",
+             help="comma-separated families (exact names or anchored regular expressions) to serve; no other "
+                  "(exclusive with --metric-denylist; self-metrics are always served)")
+    env_flag(parser, "--metric-denylist", "VOLCANO_EXPORTER_METRIC_DENYLIST", default="",
+             help="comma-separated families (exact names or anchored regular expressions) not to serve")
+    env_flag(parser, "--metric-labels-allowlist", "VOLCANO_EXPORTER_METRIC_LABELS_ALLOWLIST", default="",
+             help="Kubernetes labels to add to volcano_pod_info / volcano_job_info as label_<name>, "
+                  "kube-state-metrics' syntax: pods=[team,app],jobs=[*]")
+    env_flag(parser, "--max-objects", "VOLCANO_EXPORTER_MAX_OBJECTS", default="",
+             help="at most N objects per kind get series, N or KIND=N,... for jobs, podgroups, pods, queues "
+                  "(empty: no cap); the rest are counted in volcano_exporter_objects_dropped_total")
     log_level_flag(parser, "VOLCANO_EXPORTER")
     return parser
 
@@ -44,12 +60,23 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     if not 0 <= args.shard < args.total_shards:
         parser.error(f"--shard must be in [0, {args.total_shards - 1}]")
     args.namespaces = [ns.strip() for ns in args.namespaces.split(",") if ns.strip()]
+    try:
+        args.options = Options(
+            compat_ksm_fork=args.compat_kube_state_metrics_fork,
+            families=family_filter(args.metric_allowlist, args.metric_denylist),
+            labels=labels_allowlist(args.metric_labels_allowlist),
+            max_objects=max_objects(args.max_objects),
+        )
+    except ValueError as exc:
+        parser.error(str(exc))
     return args
 
 
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
     logging.basicConfig(level=args.log_level, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    if args.log_level != "DEBUG":  # the HTTP client's own lines say less than the informers' (docs/exporter.md)
+        logging.getLogger("urllib3").setLevel(logging.WARNING)
     try:
         api = api_client(args.kubeconfig)
     except ClusterConfigError as exc:
@@ -57,7 +84,10 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     memory.tune_allocator()  # before any thread starts (see exporter/memory.py)
     host, port = args.listen
-    exporter = Exporter(api, args.namespaces, args.shard, args.total_shards)
+    exporter = Exporter(api, args.namespaces, args.shard, args.total_shards, options=args.options)
+    known = [f.name for f in exporter.store.families()]
+    for pattern in args.options.families.unmatched(known):
+        log.warning("--metric-allowlist/--metric-denylist: %r names no family", pattern)
     try:
         server = make_server(exporter, host, port)
     except OSError as exc:

@@ -9,8 +9,9 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from exporter import selfmetrics
-from exporter.families import evictions, job, pod, podgroup, queue, queue_wait
+from exporter import pending, selfmetrics
+from exporter.cardinality import Options
+from exporter.families import compat, evictions, job, pod, podgroup, queue, queue_wait
 from exporter.families.base import Family
 from exporter.store import ExporterStore
 
@@ -67,15 +68,25 @@ series (`volcano_queue_info`, `volcano_queue_spec_*`, `volcano_queue_status_*`) 
 The derived per-queue families `volcano_queue_pod_requests` and `volcano_queue_jobs` are computed by
 every shard from its own objects: sum them across replicas, e.g.
 `sum by (queue, phase, resource, unit) (volcano_queue_pod_requests)`.
+
+## Choosing what is served
+
+As in kube-state-metrics ([exporter.md](exporter.md#cardinality)): `--metric-allowlist` or
+`--metric-denylist` (exact names or anchored regular expressions; self-metrics are always served) drop
+whole families; `--metric-labels-allowlist pods=[team],jobs=[*]` adds the chosen Kubernetes labels to
+`volcano_pod_info` and `volcano_job_info` as `label_<name>` (sanitized, collisions suffixed `_conflictN`);
+`--max-objects` caps the objects per kind that get series and counts the rest in
+`volcano_exporter_objects_dropped_total`.
 """
 
 # Which tables the families go into, in order; anything not listed lands in "Other" (and shows in the diff).
 GROUPS: tuple[tuple[str, tuple[Family, ...]], ...] = (
-    ("Jobs and tasks", job.FAMILIES),
+    ("Jobs and tasks", (*job.FAMILIES, *job.PENDING)),
     ("Pods", (*pod.FAMILIES, *evictions.FAMILIES)),
     ("PodGroups", podgroup.FAMILIES),
     ("Queues", (*queue.FAMILIES, *queue.COUNTED)),
     ("Derived per queue", (*queue.DERIVED, *queue_wait.FAMILIES)),
+    ("Compatibility: Volcano's kube-state-metrics fork", compat.FAMILIES),
     ("Exporter self-metrics", selfmetrics.FAMILIES),
 )
 
@@ -84,9 +95,47 @@ GROUP_NOTES = {
               "(every shard watches all of them), because recent Volcano releases (v1.12 included) write only "
               "`allocated` and `state` into Queue status.",
     "Derived per queue": "Computed from the pods and Jobs each shard owns: sum across replicas.",
+    "Compatibility: Volcano's kube-state-metrics fork": (
+        "Only with `--compat-kube-state-metrics-fork`: the names and labels of Volcano's forked kube-state-metrics, "
+        "which the five dashboards of Volcano's own chart query (with `job=\"kube-state-metrics\"`). The only "
+        "families not named `volcano_*`; [compat.md](compat.md) has the mapping, the differences and the "
+        "scrape configuration."),
     "Exporter self-metrics": "How the exporter itself is doing; `resource` is the informer's resource "
                              "(`pods`, `jobs.batch.volcano.sh`, ...).",
 }
+
+PENDING_TITLE = "Why a job is pending"
+PENDING_INTRO = """\
+`volcano_job_pending_reason` has one series, valued 1, for every Job that is not running (phase `Pending`,
+its PodGroup `Pending` or `Inqueue`) and for every PodGroup of another operator (Kubeflow, Spark) that is
+not running, `job_name` being its owner. The series goes when the job runs or is deleted. The watchdog
+serves the same explanation, with a message and the scheduler's own condition, at
+`GET /api/v1/jobs/{uid}/why` ([watchdog API](watchdog.md#why-is-my-job-pending)); both come from
+`exporter/pending.py`.
+
+The reasons, tried in this order (the first that holds is the one reported):
+"""
+PENDING_OUTRO = """\
+`queue` names the queue the reason is about: the blocking queue for `queue_*` reasons, `root` for the
+`cluster_*` ones, the job's own queue otherwise; `resource` (sanitized like the other resource labels) is
+set for the capacity reasons only. The capacity reasons compare the PodGroup's `spec.minResources` with
+each queue's `spec.capability` and `status.allocated`, from the job's queue up to `root`, and at `root`
+with the cluster: Volcano (v1.12) writes the cluster's allocatable into root's `spec.deserved`, and root's
+`status.allocated` sums every queue. They are computed for gangs not admitted yet (PodGroup `Pending`):
+a gang bigger than the cluster, or one its queue cannot admit, gets no PodGroup condition from the
+scheduler at all, only Events. An admitted (`Inqueue`) gang gets the scheduler's `Unschedulable`
+condition, or `waiting`. Volcano's enqueue check also counts the requests of other `Inqueue` gangs of the
+queue, which the exporter does not: such a gang shows `waiting` while those hold the room.
+
+Every exporter shard watches the Queues to explain the jobs it owns. A queue change is applied at the next
+scrape, once per distinct (queue, request) pair; a job's series is redone only when its reason, queue or
+resource changes.
+"""
+
+
+def pending_section() -> list[str]:
+    reasons = [f"{i}. `{reason}`: {meaning}." for i, (reason, meaning) in enumerate(pending.REASONS.items(), 1)]
+    return ["", f"## {PENDING_TITLE}", "", PENDING_INTRO.rstrip("\n"), "", *reasons, "", PENDING_OUTRO.rstrip("\n")]
 
 
 WATCHDOG_TITLE = "Watchdog metrics"
@@ -106,8 +155,9 @@ def watchdog_families() -> tuple[Family, ...]:
 
 
 def all_families() -> tuple[Family, ...]:
-    """Every family the exporter can serve: the store's (object and derived) and the self-metrics."""
-    return (*ExporterStore().families(), *selfmetrics.FAMILIES)
+    """Every family the exporter can serve: the store's (object and derived, the compatibility families
+    included) and the self-metrics."""
+    return (*ExporterStore(options=Options(compat_ksm_fork=True)).families(), *selfmetrics.FAMILIES)
 
 
 def _cell(text: str) -> str:
@@ -136,6 +186,7 @@ def render_metrics_doc() -> str:
         if title in GROUP_NOTES:
             out += [GROUP_NOTES[title], ""]
         out += _table(members)
+    out += pending_section()
     out += ["", f"## {WATCHDOG_TITLE}", "", WATCHDOG_NOTE, "", *_table(watchdog_families())]
     return "\n".join(out) + "\n"
 

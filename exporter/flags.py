@@ -60,3 +60,15 @@ def positive_float(text: str) -> float:
     if not value > 0 or value != value or value == float("inf"):
         raise argparse.ArgumentTypeError(f"expected a positive number, got {text!r}")
     return value
+
+
+def boolean(text: str | bool) -> bool:
+    """true/false (also 1/0, yes/no, on/off), for flags that an environment variable can set too."""
+    if isinstance(text, bool):
+        return text
+    value = text.strip().lower()
+    if value in ("true", "1", "yes", "on"):
+        return True
+    if value in ("false", "0", "no", "off", ""):
+        return False
+    raise argparse.ArgumentTypeError(f"expected true or false, got {text!r}")

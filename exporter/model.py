@@ -129,6 +129,7 @@ class Job:
     finish_phase: str
     requests: Resources  # sum over tasks of replicas x per-replica request
     problems: tuple[str, ...] = ()
+    labels: tuple[tuple[str, str], ...] = ()  # chosen by --metric-labels-allowlist (exporter/cardinality.py)
     run_queued_time: float | None = None  # a restarted run: when it began waiting again (its Restarting)
 
     @property

@@ -16,6 +16,7 @@ from exporter._read import (
     timestamp,
 )
 from exporter.eviction import pod_disruption
+from exporter.families.compat import Containers
 from exporter.podrequests import Resources, pod_resources
 
 __all__ = ["Pod", "Termination", "is_volcano_pod", "parse_pod"]
@@ -63,6 +64,11 @@ class Pod:
     terminations: tuple[Termination, ...]
     start_time: float | None
     problems: tuple[str, ...] = ()
+    # Only with the exporter's options (see exporter/cardinality.py): Kubernetes labels chosen by
+    # --metric-labels-allowlist as (prometheus label, value), and the per-container view of
+    # --compat-kube-state-metrics-fork. Empty otherwise.
+    labels: tuple[tuple[str, str], ...] = ()
+    containers: Containers | None = None
     disruption: str = ""  # the eviction reason its status shows: preempt, reclaim, TerminationByKubelet, ...
     disrupted_at: float | None = None  # that condition's lastTransitionTime (None: unknown, or not evicted)
 
@@ -191,8 +197,8 @@ def parse_pod(raw: object, *, statuses: bool = True) -> Pod:
         terms,
         timestamp(status, "startTime", "status.", probs) if statuses else None,
         tuple(probs) if probs else (),
-        disruption,
-        disrupted_at,
+        disruption=disruption,
+        disrupted_at=disrupted_at,
     )
 
 

@@ -15,6 +15,7 @@ import zlib
 from collections.abc import KeysView, Sequence
 from dataclasses import dataclass
 
+from exporter.cardinality import FamilyFilter
 from exporter.families.base import Family
 
 BLOCK_SIZE = 512
@@ -43,11 +44,15 @@ class Stale:
 
 
 class Rows:
-    """Rendered samples per family, keyed by object (callers hold the store's lock)."""
+    """Rendered samples per family, keyed by object (callers hold the store's lock). Families `served`
+    denies (--metric-denylist) keep no rows: nothing is encoded, held, compressed or written for them."""
 
-    def __init__(self, families: Sequence[Family], block_size: int = BLOCK_SIZE) -> None:
+    def __init__(self, families: Sequence[Family], block_size: int = BLOCK_SIZE,
+                 served: FamilyFilter | None = None) -> None:
         self.block_size = block_size
         self.families = tuple(families)
+        self.enabled = tuple(served is None or served.allows(f.name) for f in self.families)
+        self.any = any(self.enabled)  # else the kind's objects are not even rendered
         self.headers = [f.header.encode() for f in self.families]
         self.rows: list[dict[str, bytes]] = [{} for _ in self.families]
         self._zipped_headers = [gzip_member(h) for h in self.headers]
@@ -65,7 +70,7 @@ class Rows:
             self._blocks[block][key] = None
         changed = False
         for family, (rows, text) in enumerate(zip(self.rows, rendered, strict=True)):
-            if text:
+            if text and self.enabled[family]:
                 data = text.encode()
                 if rows.get(key) != data:
                     rows[key] = data
@@ -132,8 +137,11 @@ class Rows:
             self._members[stale.family][stale.block] = member
 
     def keys(self) -> KeysView[str]:
-        """The objects that have rows (every family's first one is always rendered)."""
-        return self.rows[0].keys()
+        """The objects put (denied families or not)."""
+        return self._block_of.keys()
+
+    def __contains__(self, key: str) -> bool:
+        return key in self._block_of
 
     def __len__(self) -> int:
-        return len(self.rows[0])
+        return len(self._block_of)

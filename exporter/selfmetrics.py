@@ -33,12 +33,15 @@ STATE = Family("volcano_exporter_informer_state",
                "not_found, stopped.",
                ("resource", "state"))
 LAST_EVENT = Family("volcano_exporter_last_event_timestamp_seconds", "Unix time of the last event applied.", R)
+DROPPED = Family("volcano_exporter_objects_dropped_total",
+                 "Objects refused series because their kind reached --max-objects (each counted once).", R,
+                 COUNTER)
 SCRAPE_SECONDS = Family("volcano_exporter_scrape_duration_seconds",
                         "Seconds the previous /metrics response took to assemble.", ())
 SCRAPES = Family("volcano_exporter_scrapes_total", "Responses served on /metrics.", (), COUNTER)
 
 FAMILIES = (BUILD_INFO, EVENTS, RELISTS, DECODE_ERRORS, PARSE_PROBLEMS, HANDLER_ERRORS, REQUEST_ERRORS, OBJECTS,
-            SYNCED, STATE, LAST_EVENT, SCRAPE_SECONDS, SCRAPES)
+            SYNCED, STATE, LAST_EVENT, DROPPED, SCRAPE_SECONDS, SCRAPES)
 
 # When one resource has several informers (one per namespace), the worst state speaks for it.
 _SEVERITY = [inf.FORBIDDEN, inf.NOT_FOUND, inf.BACKOFF, inf.STARTING, inf.LISTING, inf.STOPPED, inf.WATCHING]
@@ -52,7 +55,7 @@ def version() -> str:
 
 
 def render(informers: Sequence[inf.Informer[Any]], parse_problems: dict[str, int], scrape_seconds: float,
-           scrapes: int) -> str:
+           scrapes: int, dropped: dict[str, int] | None = None) -> str:
     by_resource: dict[str, list[inf.Informer[Any]]] = {}
     for informer in informers:
         by_resource.setdefault(informer.kind.name, []).append(informer)
@@ -80,6 +83,7 @@ def render(informers: Sequence[inf.Informer[Any]], parse_problems: dict[str, int
         last = max((i.last_event_time or 0.0 for i in group), default=0.0)
         if last:
             sections[LAST_EVENT].append(LAST_EVENT.line((resource,), last))
+        sections[DROPPED].append(DROPPED.line((resource,), (dropped or {}).get(plural, 0)))
     sections[SCRAPE_SECONDS].append(SCRAPE_SECONDS.line((), scrape_seconds))
     sections[SCRAPES].append(SCRAPES.line((), scrapes))
     for family, lines in sections.items():

@@ -17,19 +17,23 @@ from collections import defaultdict
 from collections.abc import Iterator
 from functools import lru_cache
 
+from exporter.cardinality import ALL, DEFAULTS, FamilyFilter, ObjectCaps, Options, with_labels
 from exporter.eviction import EvictionEvent, parse_eviction_event
+from exporter.families import compat as compat_families
 from exporter.families import evictions as eviction_families
 from exporter.families import job as job_families
 from exporter.families import pod as pod_families
 from exporter.families import podgroup as podgroup_families
 from exporter.families import queue as queue_families
 from exporter.families import queue_wait
-from exporter.families.base import Family
+from exporter.families.base import Family, escape
+from exporter.families.compat import NO_CONTAINERS
 from exporter.kube.informer import DELETED
 from exporter.model import Job, Pod, PodGroup, Queue
 from exporter.podrequests import Resources
 from exporter.quantity import resource_label_and_unit
 from exporter.rows import Rows, Stale, gzip_member
+from exporter.waiting import WaitingJobs
 
 log = logging.getLogger(__name__)
 
@@ -50,7 +54,8 @@ class QueueAggregates:
 
     POD_PHASES = {"Pending": "pending", "Running": "running"}
 
-    def __init__(self) -> None:
+    def __init__(self, served: FamilyFilter = ALL) -> None:
+        self.served = served
         self.pod_requests: dict[QueuePhase, dict[str, int]] = defaultdict(lambda: defaultdict(int))
         self.pod_counts: dict[QueuePhase, int] = defaultdict(int)
         self.jobs: dict[QueuePhase, int] = defaultdict(int)
@@ -75,14 +80,15 @@ class QueueAggregates:
 
     def write(self, out: list[bytes]) -> None:
         lines = []
-        for (queue, phase), sums in sorted(self.pod_requests.items()):
+        for (queue, phase), sums in sorted(self.pod_requests.items()) \
+                if self.served.allows(queue_families.POD_REQUESTS.name) else ():
             for name, nano in sorted(sums.items()):
                 label, unit = resource_label_and_unit(name)
                 lines.append(queue_families.POD_REQUESTS.line((queue, phase, label, unit), nano / NANO))
-        if lines:
+        if lines and self.served.allows(queue_families.POD_REQUESTS.name):
             out.append(queue_families.POD_REQUESTS.header.encode())
             out.append("".join(lines).encode())
-        if self.jobs:
+        if self.jobs and self.served.allows(queue_families.JOBS.name):
             out.append(queue_families.JOBS.header.encode())
             out.append("".join(queue_families.JOBS.line(k, n) for k, n in sorted(self.jobs.items())).encode())
 
@@ -92,21 +98,30 @@ def _key(namespace: str, name: str) -> str:
 
 
 class ExporterStore:
-    def __init__(self, emit_queues: bool = True, observe_since: float | None = None) -> None:
+    def __init__(self, emit_queues: bool = True, options: Options = DEFAULTS,
+                 observe_since: float | None = None) -> None:
         """`observe_since`: only transitions newer than this (Unix time; default now, the process start)
         go into the histograms and counters, so that a restarted exporter never counts one twice."""
         self.lock = threading.Lock()
         self.emit_queues = emit_queues
+        self.options = options
         self.observe_since = time.time() if observe_since is None else observe_since
         self.ledger = queue_wait.Ledger(self.observe_since)
         self.evictions = eviction_families.Evictions(self.observe_since)
         # The histograms' and counters' gzip member, kept until one of them changes (rarely, next to pods).
         self._history_gzip: tuple[tuple[int, int], bytes] = ((-1, -1), b"")
-        self.jobs = Rows(job_families.FAMILIES)
-        self.pods = Rows(pod_families.FAMILIES)
-        self.podgroups = Rows(podgroup_families.FAMILIES)
-        self.queues = Rows(queue_families.FAMILIES)
-        self.aggregates = QueueAggregates()
+        served = options.families
+        self.compat = options.compat_ksm_fork and any(served.allows(f.name) for f in compat_families.FAMILIES)
+        self.jobs = Rows(job_families.FAMILIES, served=served)
+        self.pods = Rows((*pod_families.FAMILIES, *(compat_families.FAMILIES if self.compat else ())), served=served)
+        self.podgroups = Rows(podgroup_families.FAMILIES, served=served)
+        self.queues = Rows(queue_families.FAMILIES, served=served)
+        self.aggregates = QueueAggregates(served)
+        self._pod_wanted = self.pods.enabled[:len(pod_families.FAMILIES)]
+        self._no_jobs = ("",) * len(job_families.FAMILIES)
+        self._no_groups = ("",) * len(podgroup_families.FAMILIES)
+        self._no_queues = ("",) * len(queue_families.FAMILIES)
+        self.caps = ObjectCaps(options.max_objects)
         self.parse_problems: dict[str, int] = defaultdict(int)  # by resource
         self._job_state: dict[str, tuple[str, str]] = {}  # key -> (queue, phase) counted
         self._pod_state: dict[str, tuple[Pod, pod_families.Attribution]] = {}
@@ -120,6 +135,7 @@ class ExporterStore:
         # Every PodGroup's (queue, phase label), and their counts per queue: Queue status lacks them.
         self._group_phase: dict[GroupKey, QueuePhase] = {}
         self.podgroup_counts: dict[QueuePhase, int] = defaultdict(int)
+        self.waiting = WaitingJobs(served, self._group_owner)  # volcano_job_pending_reason
 
     # ---- event handlers (informer threads) --------------------------------------------------------------
 
@@ -131,10 +147,19 @@ class ExporterStore:
                 self.aggregates.add_job(*previous, -1)
             self.ledger.on_job(event_type == DELETED, job)
             if event_type == DELETED:
+                self.waiting.on_job(key, None)
+                self.caps.forget("jobs", key)
                 self.jobs.delete(key)
                 return
+            if not self.caps.admit("jobs", key, key in self.jobs, len(self.jobs)):
+                self.waiting.on_job(key, None)
+                return
+            self.waiting.on_job(key, job)
             self.parse_problems["jobs"] += len(job.problems)
-            self.jobs.put(key, job_families.render(job))
+            rendered = job_families.render(job) if self.jobs.any else self._no_jobs
+            if job.labels and rendered[0]:
+                rendered = (with_labels(rendered[0], job.labels), *rendered[1:])
+            self.jobs.put(key, rendered)
             if job.phase:
                 self._job_state[key] = (job.queue, job.phase)
                 self.aggregates.add_job(job.queue, job.phase, 1)
@@ -184,9 +209,12 @@ class ExporterStore:
         """`on_pod` with the lock held: rows, attribution and the per-queue sums."""
         previous = self._pod_state.pop(key, None)
         if event_type == DELETED:
+            self.caps.forget("pods", key)
             if previous is not None:
                 self._forget_pod(key, *previous)
             self.pods.delete(key)
+            return
+        if previous is None and not self.caps.admit("pods", key, False, len(self._pod_state)):
             return
         if previous is not None and not pod.problems \
                 and pod_families.exported(previous[0]) == pod_families.exported(pod):
@@ -201,7 +229,7 @@ class ExporterStore:
                 self.aggregates.add_pod(who.queue, old.phase, old.requests, -1)
                 self.aggregates.add_pod(who.queue, pod.phase, pod.requests, 1)
             self._pod_state[key] = (pod, who)
-            self.pods.put(key, pod_families.render(pod, who))
+            self.pods.put(key, self._render_pod(pod, who))
             return
         if previous is not None:
             self._forget_pod(key, *previous)
@@ -210,12 +238,19 @@ class ExporterStore:
     def on_podgroup(self, event_type: str, group: PodGroup) -> None:
         """Rows for this shard's PodGroups; see `on_podgroup_owner` for attribution."""
         key = _key(group.namespace, group.name)
+        group_key = (group.namespace, group.name)
         with self.lock:
             if event_type == DELETED:
+                self.waiting.on_own_group(key, group_key, None)
+                self.caps.forget("podgroups", key)
                 self.podgroups.delete(key)
                 return
+            if not self.caps.admit("podgroups", key, key in self.podgroups, len(self.podgroups)):
+                self.waiting.on_own_group(key, group_key, None)
+                return
+            self.waiting.on_own_group(key, group_key, group)
             self.parse_problems["podgroups"] += len(group.problems)
-            self.podgroups.put(key, podgroup_families.render(group))
+            self.podgroups.put(key, podgroup_families.render(group) if self.podgroups.any else self._no_groups)
 
     def on_podgroup_owner(self, event_type: str, group: PodGroup) -> None:
         """Every PodGroup, in every shard: where pods naming only their group belong."""
@@ -224,12 +259,14 @@ class ExporterStore:
         counted = None if event_type == DELETED else (group.queue, queue_families.podgroup_phase_label(group.phase))
         with self.lock:
             self._count_group(group_key, counted)
-            if self._group_owner.get(group_key) == owner:
-                return
+            same_owner = self._group_owner.get(group_key) == owner
             if owner is None:
                 self._group_owner.pop(group_key, None)
             else:
                 self._group_owner[group_key] = owner
+            self.waiting.on_any_group(group_key, None if event_type == DELETED else group)
+            if same_owner:
+                return
             for pod_key in list(self._group_pods.get(group_key, ())):
                 pod, who = self._pod_state.pop(pod_key)
                 self.aggregates.add_pod(who.queue, pod.phase, pod.requests, -1)
@@ -237,14 +274,19 @@ class ExporterStore:
                 self._put_pod(pod_key, pod)
 
     def on_queue(self, event_type: str, queue: Queue) -> None:
-        if not self.emit_queues:
-            return
+        """Every shard keeps the queue tree (to explain its waiting jobs); shard 0 renders the rows."""
         with self.lock:
+            self.waiting.on_queue(queue, event_type == DELETED)
+            if not self.emit_queues:
+                return
             if event_type == DELETED:
+                self.caps.forget("queues", queue.name)
                 self.queues.delete(queue.name)
                 return
+            if not self.caps.admit("queues", queue.name, queue.name in self.queues, len(self.queues)):
+                return
             self.parse_problems["queues"] += len(queue.problems)
-            self.queues.put(queue.name, queue_families.render(queue))
+            self.queues.put(queue.name, queue_families.render(queue) if self.queues.any else self._no_queues)
 
     # ---- internals (lock held) -------------------------------------------------------------------------
 
@@ -282,7 +324,17 @@ class ExporterStore:
         who = self._attribute(pod, key)
         self._pod_state[key] = (pod, who)
         self.aggregates.add_pod(who.queue, pod.phase, pod.requests, 1)
-        self.pods.put(key, pod_families.render(pod, who))
+        self.pods.put(key, self._render_pod(pod, who))
+
+    def _render_pod(self, pod: Pod, who: pod_families.Attribution) -> tuple[str, ...]:
+        rendered = pod_families.render(pod, who, self._pod_wanted)
+        if pod.labels and rendered[0]:
+            rendered = (with_labels(rendered[0], pod.labels), *rendered[1:])
+        if self.compat:
+            values = (pod.namespace, pod.name, pod.node_name, who.job_name, who.queue)
+            ns, name, node, job_name, queue = (escape(v) for v in values)
+            rendered += compat_families.render(ns, name, node, job_name, queue, pod.containers or NO_CONTAINERS)
+        return rendered
 
     def _forget_pod(self, key: str, old: Pod, who: pod_families.Attribution) -> None:
         self.aggregates.add_pod(who.queue, old.phase, old.requests, -1)
@@ -308,15 +360,15 @@ class ExporterStore:
         a 100 MB body is never built (fresh memory costs ~1 ms per MB here, in page faults)."""
         parts: list[bytes] = []
         with self.lock:
-            for rows in (self.jobs, self.podgroups, self.pods, self.queues):
+            self.waiting.refresh()
+            for rows in (self.jobs, self.waiting.rows, self.podgroups, self.pods, self.queues):
                 rows.parts(parts)
-            if self.emit_queues:
+            if self.emit_queues and self.options.families.allows(queue_families.PODGROUPS.name):
                 lines = queue_families.podgroup_lines(self.podgroup_counts, self.queues.keys())
                 if lines:
                     parts += (queue_families.PODGROUPS.header.encode(), lines.encode())
             self.aggregates.write(parts)
-            self.ledger.write(parts)
-            self.evictions.write(parts)
+            self._history(parts)
         for start in range(0, len(parts), batch):
             yield b"".join(parts[start:start + batch])
 
@@ -326,16 +378,16 @@ class ExporterStore:
         planned: list[bytes | Stale] = []
         derived: list[bytes] = []
         with self.lock:
-            for rows in (self.jobs, self.podgroups, self.pods, self.queues):
+            self.waiting.refresh()
+            for rows in (self.jobs, self.waiting.rows, self.podgroups, self.pods, self.queues):
                 rows.gzip_parts(planned)
-            if self.emit_queues:
+            if self.emit_queues and self.options.families.allows(queue_families.PODGROUPS.name):
                 lines = queue_families.podgroup_lines(self.podgroup_counts, self.queues.keys())
                 if lines:
                     derived += (queue_families.PODGROUPS.header.encode(), lines.encode())
             self.aggregates.write(derived)
             history: list[bytes] = []
-            self.ledger.write(history)
-            self.evictions.write(history)
+            self._history(history)
             version = (self.ledger.version, self.evictions.version)
             cached = self._history_gzip[1] if self._history_gzip[0] == version else None
         fresh: list[tuple[Stale, bytes]] = []
@@ -359,7 +411,16 @@ class ExporterStore:
                 for stale, member in fresh:
                     stale.rows.keep(stale, member)
 
+    def _history(self, out: list[bytes]) -> None:
+        """The histograms and the eviction counter (what this process counted), unless denied."""
+        served = self.options.families
+        self.ledger.write(out, served.allows)
+        if served.allows(eviction_families.EVICTIONS.name):
+            self.evictions.write(out)
+
     def families(self) -> tuple[Family, ...]:
-        return (*job_families.FAMILIES, *podgroup_families.FAMILIES, *pod_families.FAMILIES,
+        """Every family this store can serve (compatibility ones with their flag), denied ones included."""
+        return (*job_families.FAMILIES, *job_families.PENDING, *podgroup_families.FAMILIES, *pod_families.FAMILIES,
+                *(compat_families.FAMILIES if self.options.compat_ksm_fork else ()),
                 *queue_families.FAMILIES, *queue_families.COUNTED, *queue_families.DERIVED, *queue_wait.FAMILIES,
                 *eviction_families.FAMILIES)

@@ -16,6 +16,7 @@ from exporter.flags import Parser
 from simulator.stack import Stack, alertmanager_binary, alertmanager_config, prometheus_config
 
 ROOT = Path(__file__).resolve().parent.parent
+BIN = Path(sys.executable).parent  # the venv's scripts: printed commands must run as printed
 DEMO_TOKEN = "demo-token"
 
 
@@ -77,6 +78,8 @@ def main(argv: list[str] | None = None) -> int:
             extra += "\n  (install Prometheus and Alertmanager — Debian: prometheus prometheus-alertmanager —\n" \
                      "   and the demo starts them too, with the alert rules loaded)\n"
         dashboards = "\n".join(f"    {path}" for path in sorted((ROOT / "dashboards").glob("*.json")))
+        watchdog_cmd = BIN / "volcano-watchdog"
+        database = f"sqlite:///{workdir / 'watchdog.db'}"
         print(f"""
 volcano-monitor demo is running (logs and configs in {workdir}/). Ctrl-C stops everything.
 
@@ -88,8 +91,9 @@ volcano-monitor demo is running (logs and configs in {workdir}/). Ctrl-C stops e
     curl -s {exporter_url}/metrics | grep -E '^volcano_(queue|job)_' | head -30
 
   watchdog            {watchdog_url}/docs   (API; token for writes: {DEMO_TOKEN})
-    curl -s {watchdog_url}/api/v1/alerts?state=firing
-    volcano-watchdog --database-url sqlite:///{workdir / 'watchdog.db'} recommend
+    curl -s '{watchdog_url}/api/v1/alerts?state=firing'
+    {watchdog_cmd} --database-url {database} recommend
+    {watchdog_cmd} --config {config} notify-test --receiver demo-chat
 
   chat inbox          {chat_url}/messages   (the watchdog's messages; also printed in {workdir}/chat-inbox.log)
 {extra}

@@ -37,6 +37,7 @@ class Faults:
     malformed_lines: int = 0  # the next N watch events are sent as garbage lines
     truncate_streams: int = 0  # the next N watch events are cut mid-line, then the stream closes
     drop_generation: int = 0  # bumping it closes every open watch stream
+    watch_list: bool = True  # the WatchList feature gate (on in Kubernetes 1.32, off by default in 1.33)
 
     def take_error(self, plural: str) -> int | None:
         if self.error_count > 0 and self.error_resource in ("", plural):
@@ -78,6 +79,7 @@ class ApiServer:
         # What lists cost a real API server: a page read from etcd, or one answer from its watch cache.
         self.list_pages_from_storage = 0
         self.lists_from_cache = 0
+        self.streamed_lists = 0  # watches with sendInitialEvents (served from the watch cache too)
 
     def app(self) -> web.Application:
         app = web.Application(client_max_size=64 * 1024 * 1024)
@@ -104,7 +106,8 @@ class ApiServer:
     async def _get_faults(self, _: web.Request) -> web.Response:
         return _json(asdict(self.faults) | {"active_watches": self.active_watches, "resource_version": self.store.rv,
                                             "lists_from_cache": self.lists_from_cache,
-                                            "list_pages_from_storage": self.list_pages_from_storage})
+                                            "list_pages_from_storage": self.list_pages_from_storage,
+                                            "streamed_lists": self.streamed_lists})
 
     async def _set_faults(self, request: web.Request) -> web.Response:
         """Body keys: any Faults field, plus `drop_watches: true` and `expire: true`."""
@@ -323,6 +326,21 @@ class ApiServer:
             since = int(rv_text) if rv_text not in ("", "0") else None
         except ValueError as exc:
             raise ApiError(400, "BadRequest", f"invalid watch parameter: {exc}") from exc
+        streaming = query.get("sendInitialEvents") in ("true", "1", "True")
+        match = query.get("resourceVersionMatch", "")
+        if streaming:  # a streaming list (KEP-3157): the current state, a marked bookmark, then the watch
+            if not self.faults.watch_list:
+                raise ApiError(422, "Invalid", "sendInitialEvents is forbidden for watch unless the WatchList "
+                                               "feature gate is enabled")
+            if match != "NotOlderThan" or not bookmarks:
+                raise ApiError(422, "Invalid", "sendInitialEvents requires resourceVersionMatch=NotOlderThan "
+                                               "and allowWatchBookmarks=true")
+            if since is not None and since > self.store.rv:
+                raise ApiError(504, "Timeout", f"Too large resource version: {since}, current: {self.store.rv}")
+            since = None
+        elif match:
+            raise ApiError(422, "Invalid", "resourceVersionMatch is forbidden for watch unless sendInitialEvents "
+                                           "is provided")
         bucket = self.store.bucket(t.rtype)
         response = web.StreamResponse(headers={"Content-Type": JSON})
         await response.prepare(request)
@@ -344,8 +362,18 @@ class ApiServer:
                 last_rv = self.store.rv
                 initial = [s for s in self.store.items(rtype, t.namespace)
                            if predicate is None or predicate(s.obj)]
+                if streaming and self.faults.truncate_streams > 0:  # cut before the end bookmark
+                    self.faults.truncate_streams -= 1
+                    await response.write(b"".join(line("ADDED", s.obj, s.raw) for s in initial[:len(initial) // 2]))
+                    raise ConnectionResetError
                 if initial:
                     await response.write(b"".join(line("ADDED", s.obj, s.raw) for s in initial))
+                if streaming:
+                    mark = {"kind": rtype.kind, "apiVersion": rtype.api_version,
+                            "metadata": {"resourceVersion": str(last_rv),
+                                         "annotations": {"k8s.io/initial-events-end": "true"}}}
+                    self.streamed_lists += 1  # before the write: a client may act on the bookmark at once
+                    await response.write(b'{"type":"BOOKMARK","object":' + orjson.dumps(mark) + b"}\n")
             else:
                 last_rv = since
             while True:

@@ -63,8 +63,10 @@ class Stack:
         """Start `command` with its output in workdir/NAME.log; wait for `ready_url` to answer 200."""
         self.workdir.mkdir(parents=True, exist_ok=True)
         log = (self.workdir / f"{name}.log").open("ab")
+        # A session of its own: Ctrl-C in the terminal reaches only the demo, which stops the others in
+        # order (the simulator last), instead of every process at once and the clients logging errors.
         self.processes[name] = subprocess.Popen(list(command), stdout=log, stderr=subprocess.STDOUT,
-                                                stdin=subprocess.DEVNULL, cwd=self.workdir)
+                                                stdin=subprocess.DEVNULL, cwd=self.workdir, start_new_session=True)
         if ready_url:
             self.wait_http(name, ready_url, timeout)
 
@@ -102,7 +104,8 @@ class Stack:
             raise RuntimeError("prometheus is not installed (Debian package prometheus)")
         path = self.write_yaml("prometheus.yml", config)
         self.start("prometheus", [binary, f"--config.file={path}", f"--storage.tsdb.path={self.workdir / 'tsdb'}",
-                                  f"--web.listen-address=127.0.0.1:{port}", "--storage.tsdb.retention.time=1d"],
+                                  f"--web.listen-address=127.0.0.1:{port}", "--storage.tsdb.retention.time=1d",
+                                  f"--web.external-url=http://127.0.0.1:{port}"],  # links in alerts, not the hostname
                    f"http://127.0.0.1:{port}/-/ready", timeout)
         return f"http://127.0.0.1:{port}"
 
@@ -112,7 +115,8 @@ class Stack:
             raise RuntimeError("Alertmanager is not installed (Debian package prometheus-alertmanager)")
         path = self.write_yaml("alertmanager.yml", config)
         self.start("alertmanager", [binary, f"--config.file={path}", f"--storage.path={self.workdir / 'am'}",
-                                    f"--web.listen-address=127.0.0.1:{port}", "--cluster.listen-address="],
+                                    f"--web.listen-address=127.0.0.1:{port}", "--cluster.listen-address=",
+                                    f"--web.external-url=http://127.0.0.1:{port}"],
                    f"http://127.0.0.1:{port}/-/ready", timeout)
         return f"http://127.0.0.1:{port}"
 
@@ -121,12 +125,12 @@ class Stack:
         return next((name for name, p in self.processes.items() if p.poll() is not None), None)
 
     def stop(self) -> dict[str, int | None]:
-        """Terminate everything (newest first); the exit codes."""
-        for process in reversed(self.processes.values()):
+        """Terminate everything, newest first, each gone before the next is told (the API server the
+        others talk to goes last); the exit codes."""
+        codes: dict[str, int | None] = {}
+        for name, process in reversed(self.processes.items()):
             if process.poll() is None:
                 process.terminate()
-        codes: dict[str, int | None] = {}
-        for name, process in self.processes.items():
             try:
                 codes[name] = process.wait(20)
             except subprocess.TimeoutExpired:

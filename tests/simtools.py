@@ -12,7 +12,10 @@ from kubernetes import client
 from exporter.kube.config import api_client
 from simulator.runtime import SimulatorThread, write_kubeconfig
 
-SHARED = Path(__file__).resolve().parents[1].parent / "shared"
+# ../shared next to the checkout (/work/main -> /work/shared); a git worktree one level deeper
+# (/work/wt/NAME) finds the same directory further up.
+SHARED = next((p / "shared" for p in Path(__file__).resolve().parents[1:] if (p / "shared" / "volcano").is_dir()),
+              Path(__file__).resolve().parents[1].parent / "shared")
 
 
 def pod(name: str, namespace: str = "default", labels: dict[str, str] | None = None, **status: Any) -> dict[str, Any]:

@@ -296,6 +296,23 @@ def queue_usage(session: Session, now: datetime) -> tuple[datetime | None, int |
                            for queue, count, cpu, memory, util, busy in rows}
 
 
+class JsonBodies:
+    """Every body this API takes is JSON: read it as JSON whatever the client declared. `curl -d` sends
+    `application/x-www-form-urlencoded` unless told otherwise, and FastAPI answered such a silence
+    with a 422 that named no header."""
+
+    def __init__(self, app: Any) -> None:
+        self.app = app
+
+    async def __call__(self, scope: Any, receive: Any, send: Any) -> None:
+        if scope["type"] == "http" and scope["method"] in ("POST", "PUT", "PATCH"):
+            declared = next((v for k, v in scope["headers"] if k == b"content-type"), b"")
+            if not declared.startswith(b"application/json"):
+                headers = [(k, v) for k, v in scope["headers"] if k != b"content-type"]
+                scope = dict(scope, headers=[*headers, (b"content-type", b"application/json")])
+        await self.app(scope, receive, send)
+
+
 def create_app(engine: Engine, settings: Settings, health: Health, clock: Callable[[], datetime] = utcnow,
                queues: Callable[[], list[QueueView]] = list, recommendation_ttl_seconds: float = 300.0,
                outbox: Outbox | None = None, wake_notifier: Callable[[], None] = lambda: None,
@@ -306,6 +323,7 @@ def create_app(engine: Engine, settings: Settings, health: Health, clock: Callab
     routes (queue capability); `request_made` tells this replica's worker that a request was stored."""
     app = FastAPI(title="volcano-watchdog", version="1",
                   description="Alerts, the job ledger, request recommendations and queue usage of a Volcano cluster.")
+    app.add_middleware(JsonBodies)
     require_token = token_guard(settings)
     writes = APIRouter(dependencies=[Depends(require_token)], responses=AUTH_RESPONSES)
     cache = RecommendationCache(settings.recommendations, recommendation_ttl_seconds)

@@ -126,6 +126,7 @@ class Watchdog:
         # A finished run is judged once its last usage flush is surely in.
         self.waste = WasteDetector(detectors, settle_seconds=4 * self.intervals.flush)
         self._reconciled = False  # failure alerts of objects deleted while we were down are resolved once
+        self._observed_sync = threading.Event()  # the index holds every informer's first list (see index_synced)
         self.alerts = AlertBook()
         self.observer = Observer(self.index, self.failures, self.gangs, self.queues, self.notes, self.recorder,
                                  self.histograms, clock,
@@ -310,6 +311,14 @@ class Watchdog:
                     next_flush = now + 1.0  # rollups left for the next flush: soon, not in a full interval
             for _ in batch:
                 self._work.task_done()
+            if synced and self._work.empty():
+                self._observed_sync.set()
+
+    def index_synced(self) -> bool:
+        """The worker has observed every informer's first list: the index knows all queues, so a job's queue
+        missing from it is really missing (`/api/v1/jobs/{uid}/why`). `ready` is earlier: synced informers
+        may still have their lists queued for the worker."""
+        return self._observed_sync.is_set()
 
     def request_made(self) -> None:
         """The API stored a request (resolve an alert): carry it out now rather than at the next interval."""

@@ -6,6 +6,7 @@ import argparse
 import contextlib
 import logging
 import signal
+import socket
 import sys
 from collections.abc import Iterator
 from datetime import UTC, datetime
@@ -17,7 +18,7 @@ from sqlalchemy.orm import Session
 from exporter.flags import Parser, env_flag, host_port, log_level_flag
 from exporter.kube.config import ClusterConfigError, load_configuration
 from watchdog.config import ConfigError, Settings, load
-from watchdog.db.engine import describe_error, display_url, make_engine, migrate
+from watchdog.db.engine import NotReadable, check_readable, describe_error, display_url, make_engine, migrate
 from watchdog.recommend import compute_recommendations, render
 
 log = logging.getLogger("volcano-watchdog")
@@ -57,15 +58,20 @@ def database_failure(doing: str, engine: Engine, exc: SQLAlchemyError) -> int:
 
 
 def run_recommend(settings: Settings, namespace: str | None, output: str) -> int:
+    """Read-only: never creates or migrates the database it reads, and says which one it read."""
     engine = make_engine(settings.database_url)
     try:
-        migrate(engine)
+        check_readable(engine)
         with Session(engine) as session:
             found = compute_recommendations(session, settings.recommendations, datetime.now(UTC), namespace)
+    except NotReadable as exc:
+        print(f"volcano-watchdog: {exc}", file=sys.stderr)
+        return 1
     except SQLAlchemyError as exc:
         return database_failure("read", engine, exc)
     finally:
         engine.dispose()
+    print(f"volcano-watchdog: recommendations from {display_url(engine)}", file=sys.stderr)
     print(render(found, output), end="")
     return 0
 
@@ -88,8 +94,18 @@ def run_watchdog(settings: Settings) -> int:
     from watchdog.capability.controller import CapabilityController
     from watchdog.capability.metrics import render_capability_metrics
     from watchdog.leader import make_leader
+    from watchdog.why import why_router
 
     memory.tune_allocator()  # before any thread starts (see exporter/memory.py)
+    host, port = host_port(settings.listen)
+    try:  # before anything starts: a taken port is one line and exit 2, as for the exporter
+        listener = socket.create_server((host, port), family=socket.AF_INET6 if ":" in host else socket.AF_INET,
+                                        backlog=2048)
+    except OSError as exc:
+        reason = (exc.strerror or str(exc)).split(" (while")[0]
+        print(f"volcano-watchdog: cannot listen on {host}:{port}: {reason}", file=sys.stderr)
+        return 2
+    port = listener.getsockname()[1]
     memory.start_trimmer()
     engine = make_engine(settings.database_url)
     api = api_client(settings.kubeconfig)
@@ -124,14 +140,14 @@ def run_watchdog(settings: Settings) -> int:
                     extra_metrics=(lambda: render_capability_metrics(capability)) if capability else str)
     app = create_app(engine, settings, health, queues=queues, outbox=watchdog.outbox,
                      wake_notifier=watchdog.notifier.wake, request_made=watchdog.request_made,
-                     routers=[capability_router(engine, capability)] if capability else [])
-    host, port = host_port(settings.listen)
+                     routers=[why_router(watchdog.index.why, watchdog.index_synced),
+                              *([capability_router(engine, capability)] if capability else [])])
     log.info("serving the API on %s:%d (database %s)", host, port, display_url(engine))
     server = QuietServer(uvicorn.Config(app, host=host, port=port, log_level="warning", access_log=False))
     for sig in (signal.SIGINT, signal.SIGTERM):  # stop serving, then flush what the worker holds
         signal.signal(sig, lambda *_: setattr(server, "should_exit", True))
     try:
-        server.run()
+        server.run(sockets=[listener])
     finally:
         if capability is not None:
             capability.stop()
@@ -180,6 +196,15 @@ def run_migrate(settings: Settings) -> int:
     return 0
 
 
+def quiet_libraries(level: str, *more: str) -> None:
+    """HTTP clients log every request and retry at INFO (213 of 368 demo lines were theirs): below
+    DEBUG they only speak when something is wrong."""
+    if level == "DEBUG":
+        return
+    for name in ("httpx", "httpcore", "urllib3", "kubernetes", "uvicorn.access", *filter(None, more)):
+        logging.getLogger(name).setLevel(logging.WARNING)
+
+
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     try:
@@ -190,6 +215,7 @@ def main(argv: list[str] | None = None) -> int:
         print(f"volcano-watchdog: {exc}", file=sys.stderr)
         return 2
     logging.basicConfig(level=args.log_level, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    quiet_libraries(args.log_level, "alembic" if args.command == "recommend" else "")
     if args.command == "migrate":
         return run_migrate(settings)
     if args.command == "notify-test":

@@ -1,7 +1,8 @@
 """What the watchdog knows of the cluster right now, built from informer events: which job, task,
-queue and workload each pod belongs to (so a usage sample can be attributed), and each queue's
-capability and allocation (for the API). Mutated only by the watchdog's worker thread; readers
-from other threads take the lock."""
+queue and workload each pod belongs to (so a usage sample can be attributed), each queue's
+capability and allocation (for the API), and the live Jobs and PodGroups by UID (why one is pending,
+`exporter.pending`, for the API). Mutated only by the watchdog's worker thread; readers from other
+threads take the lock."""
 
 from __future__ import annotations
 
@@ -10,6 +11,7 @@ from dataclasses import dataclass
 
 from exporter.kube.informer import DELETED
 from exporter.model import Job, Pod, PodGroup, Queue, res_dict, res_get
+from exporter.pending import Explanation, explain, group_waiting, is_job_group, job_waiting
 from exporter.podrequests import Resources
 from watchdog.usage.samples import PodInfo
 from watchdog.workload import workload_name
@@ -28,6 +30,18 @@ class GroupOwner:
     owner_name: str
 
 
+@dataclass(frozen=True, slots=True)
+class WhyPending:
+    """A live Job or PodGroup and, while it waits, why (None once it runs or has finished)."""
+
+    uid: str
+    kind: str  # "Job" for a Volcano Job; for a PodGroup its owner's kind (PyTorchJob, ...) or "PodGroup"
+    namespace: str
+    job_name: str
+    phase: str
+    explanation: Explanation | None
+
+
 class ClusterIndex:
     def __init__(self) -> None:
         self.lock = threading.Lock()
@@ -36,21 +50,31 @@ class ClusterIndex:
         self.pods: dict[tuple[str, str], Pod] = {}
         self.pod_workloads: dict[tuple[str, str], str] = {}  # the `workload_label` value, where pods carry it
         self.queues: dict[str, Queue] = {}
+        # The views the observer keeps anyway (`Observer.runs`): only references, for `why`.
+        self.jobs: dict[str, Job] = {}  # by uid
+        self.group_views: dict[tuple[str, str], PodGroup] = {}
+        self.group_keys: dict[str, tuple[str, str]] = {}  # PodGroup uid -> (namespace, name)
 
     def on_job(self, event_type: str, job: Job) -> None:
         with self.lock:
             if event_type == DELETED:
                 self.job_uids.pop((job.namespace, job.name), None)
+                self.jobs.pop(job.uid, None)
             else:
                 self.job_uids[(job.namespace, job.name)] = job.uid
+                self.jobs[job.uid] = job
 
     def on_podgroup(self, event_type: str, group: PodGroup) -> None:
         with self.lock:
+            key = (group.namespace, group.name)
             if event_type == DELETED:
-                self.groups.pop((group.namespace, group.name), None)
+                self.groups.pop(key, None)
+                self.group_views.pop(key, None)
+                self.group_keys.pop(group.uid, None)
             else:
-                self.groups[(group.namespace, group.name)] = GroupOwner(
-                    group.uid, group.queue, group.job_kind, group.job_name)
+                self.groups[key] = GroupOwner(group.uid, group.queue, group.job_kind, group.job_name)
+                self.group_views[key] = group
+                self.group_keys[group.uid] = key
 
     def on_pod(self, event_type: str, pod: Pod, workload_label_value: str = "") -> None:
         key = (pod.namespace, pod.name)
@@ -113,3 +137,24 @@ class ClusterIndex:
         with self.lock:
             return [(q.name, q.parent, res_dict(q.capability), res_dict(q.allocated), q.state)
                     for q in sorted(self.queues.values(), key=lambda q: q.name)]
+
+    def why(self, uid: str) -> WhyPending | None:
+        """Why the live Job (or PodGroup) with this UID waits; None when the watchdog knows no such object.
+        A Volcano Job's PodGroup is answered for its Job. A Job whose PodGroup exists and no longer waits
+        has been placed: no explanation, like the metric."""
+        with self.lock:
+            job = self.jobs.get(uid)
+            key = self.group_keys.get(uid)
+            group = self.group_views.get(key) if key is not None else None
+            if job is None and group is not None and is_job_group(group):
+                job = self.jobs.get(self.job_uids.get((group.namespace, group.owner_name), ""))
+            if job is not None:
+                group = self.group_views.get((job.namespace, job.podgroup))
+                waiting = job_waiting(job) and (group is None or group_waiting(group))
+                queue = group.queue if group is not None else job.queue
+                return WhyPending(job.uid, "Job", job.namespace, job.name, job.phase,
+                                  explain(queue, self.queues, group, job) if waiting else None)
+            if group is None:
+                return None
+            return WhyPending(uid, group.owner_kind or "PodGroup", group.namespace, group.owner_name or group.name,
+                              group.phase, explain(group.queue, self.queues, group) if group_waiting(group) else None)

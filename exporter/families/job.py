@@ -5,6 +5,8 @@ from __future__ import annotations
 
 from exporter.families.base import Family, resource_labels
 from exporter.model import Job
+from exporter.pending import REASONS, Explanation
+from exporter.quantity import resource_label_and_unit
 
 JOB = ("namespace", "job_name")
 
@@ -33,6 +35,22 @@ TASK_PODS = Family("volcano_task_status_pods", "Pods of a task by phase (status.
 
 FAMILIES = (INFO, CREATED, STARTED, COMPLETED, WAITED, RAN, PHASE, RETRIES, MAX_RETRY, MIN_AVAILABLE, PODS,
             REQUESTS, TASK_REPLICAS, TASK_PODS)
+
+# Not one of the Job's own rows: it changes with the queues too, so the store keeps it apart (see
+# `ExporterStore.on_queue`), and it also explains PodGroups of other operators (Kubeflow, Spark).
+PENDING_REASON = Family(
+    "volcano_job_pending_reason",
+    "Why a Job (or another operator's PodGroup, job_name = its owner) that is not running waits: 1 for its one "
+    "reason, gone once it runs or is deleted. `queue` is the queue the reason is about (the job's own when none), "
+    "`resource` the resource short of room or empty. Reasons, the first that holds: "
+    + "; ".join(f"{reason}: {meaning}" for reason, meaning in REASONS.items()) + ".",
+    (*JOB, "queue", "reason", "resource"))
+PENDING = (PENDING_REASON,)
+
+
+def render_pending(namespace: str, job_name: str, why: Explanation) -> str:
+    resource = resource_label_and_unit(why.resource)[0] if why.resource else ""
+    return PENDING_REASON.line((namespace, job_name, why.queue, why.reason, resource), 1)
 
 
 def render(job: Job) -> tuple[str, ...]:

@@ -28,6 +28,7 @@ loses it). With sharding each replica observes the Jobs it owns: sum across repl
 from __future__ import annotations
 
 import bisect
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from exporter.families.base import HISTOGRAM, Family, escape, format_value
@@ -141,8 +142,9 @@ class Ledger:
             self.version += 1
         return histogram
 
-    def write(self, out: list[bytes]) -> None:
+    def write(self, out: list[bytes], allows: Callable[[str], bool] = lambda name: True) -> None:
+        """Both histograms, those `allows` (the exporter's family filter) lets through."""
         for family, table in ((WAIT, self.waits), (RUN, self.runs)):
-            if table:
+            if table and allows(family.name):
                 out.append(family.header.encode())
                 out.extend(table[key].text for key in sorted(table))

@@ -1,6 +1,9 @@
 """List+watch informer on raw JSON, in the manner of client-go's reflector.
 
-LIST (paginated) then WATCH from the list's resourceVersion with bookmarks and a server timeout;
+The initial state comes from a streaming list where the server offers one (a watch with
+sendInitialEvents, ended by a bookmark: no list response of every object held in memory at once),
+else from a LIST served by the API server's watch cache, else from paginated reads of storage; then
+WATCH from that state's resourceVersion with bookmarks and a server timeout;
 reconnect from the last seen resourceVersion when a watch ends; relist and reconcile the cache on
 410 Gone; back off with jitter on connection errors and 5xx, forever, keeping the cache. The
 official client does authentication and TLS, but responses are decoded with orjson and never
@@ -37,6 +40,8 @@ Raw = dict[str, Any]
 Handler = Callable[[str, T], None]
 
 ADDED, MODIFIED, DELETED = "ADDED", "MODIFIED", "DELETED"
+INITIAL_EVENTS_END = "k8s.io/initial-events-end"  # the bookmark annotation that ends a streaming list
+STREAM_ATTEMPTS = 3  # streaming lists cut short in a row before falling back to LIST
 
 # Informer states, as self-metrics report them.
 STARTING, LISTING, WATCHING, BACKOFF, FORBIDDEN, NOT_FOUND, STOPPED = (
@@ -97,6 +102,17 @@ class gc_paused:
                 gc.enable()
 
 
+def connection_problem(exc: BaseException) -> str:
+    """What went wrong in words ("[Errno 111] Connection refused", "Read timed out"), without urllib3's
+    wrapping of the pool, the URL and the exception classes."""
+    reason = getattr(exc, "reason", None) or exc
+    text = str(reason)
+    errno_at = text.find("[Errno")
+    if errno_at >= 0:
+        return text[errno_at:].rstrip("\"')")
+    return text.split(": ", 1)[-1] if isinstance(reason, urllib3.exceptions.HTTPError) and ": " in text else text
+
+
 def object_key(meta: Raw) -> str:
     namespace = meta.get("namespace")
     return f"{namespace}/{meta['name']}" if namespace else str(meta["name"])
@@ -117,6 +133,7 @@ class Informer(Generic[T]):
         backoff: Backoff | None = None,
         forbidden_retry_seconds: float = 60.0,
         list_from_cache: bool = True,
+        stream_lists: bool = True,
     ) -> None:
         self.api = api
         self.kind = kind
@@ -133,6 +150,9 @@ class Informer(Generic[T]):
         self.last_resource_version = ""
         self.list_from_cache = list_from_cache  # False: every list is a paginated read from etcd
         self._storage_list = False  # the cache could not serve the last list: read from storage
+        self.stream_lists = stream_lists  # False, or refused by the server: LIST instead
+        self._initial: set[str] | None = None  # keys seen while a streaming list is under way
+        self._incomplete_streams = 0  # streaming lists in a row that ended before their end bookmark
         # Observable state (read by self-metrics; plain attributes, written by one thread).
         self.synced = threading.Event()
         self.state = STARTING
@@ -179,6 +199,18 @@ class Informer(Generic[T]):
         need_list = True
         while not self._stop.is_set():
             try:
+                if need_list and self.stream_lists:
+                    healthy = self._watch(initial=True)
+                    need_list = self._initial is not None  # ended before the initial state was complete
+                    self._initial = None
+                    self._incomplete_streams = self._incomplete_streams + 1 if need_list else 0
+                    if self._incomplete_streams >= STREAM_ATTEMPTS:  # e.g. a proxy that drops the parameter
+                        self.stream_lists = False
+                        log.info("%s: %d streaming lists ended without their end bookmark; listing instead",
+                                 self.name, self._incomplete_streams)
+                    if not healthy and not self._stop.is_set():
+                        self._sleep_backoff("the streaming list ended early or sent an undecodable line")
+                    continue
                 if need_list:
                     self._list_and_reconcile()
                     need_list = False
@@ -194,8 +226,9 @@ class Informer(Generic[T]):
                 if self._stop.is_set():
                     break  # stop() shut the stream down under us: not an error
                 self.request_errors["connection"] += 1
-                self.last_error = f"{type(exc).__name__}: {exc}"
-                self._sleep_backoff(f"cannot reach the API server: {self.last_error}")
+                self.last_error = connection_problem(exc)
+                host = getattr(getattr(self.api, "configuration", None), "host", "")
+                self._sleep_backoff(f"cannot reach the API server {host}: {self.last_error}".replace("  ", " "))
             except orjson.JSONDecodeError as exc:  # a LIST body that is not JSON
                 self.decode_errors += 1
                 self._sleep_backoff(f"undecodable list response: {exc}")
@@ -359,21 +392,38 @@ class Informer(Generic[T]):
 
     # ---- watch ----------------------------------------------------------------------------------
 
-    def _watch(self) -> bool:
+    def _watch(self, initial: bool = False) -> bool:
         """One watch request; False when it went wrong in a way that warrants backing off
-        (closed within a second with nothing delivered, or an undecodable line)."""
+        (closed within a second with nothing delivered, or an undecodable line). `initial`: a
+        streaming list, the current state first (see `_begin_stream`)."""
         started = time.monotonic()
         delivered = 0
-        query = [
-            ("watch", "true"),
-            ("resourceVersion", self.last_resource_version),
-            ("allowWatchBookmarks", "true"),
-            ("timeoutSeconds", str(self.watch_timeout_seconds)),
-            *self._selector_query(),
-        ]
-        response = self._request(query, read_timeout=self.watch_timeout_seconds + 30)
+        query = [("watch", "true"), ("allowWatchBookmarks", "true"),
+                 ("timeoutSeconds", str(self.watch_timeout_seconds)), *self._selector_query()]
+        if initial:
+            since = "" if self._storage_list else self.last_resource_version
+            query += [("sendInitialEvents", "true"), ("resourceVersionMatch", "NotOlderThan"),
+                      ("resourceVersion", since)]
+        else:
+            query.append(("resourceVersion", self.last_resource_version))
+        try:
+            response = self._request(query, read_timeout=self.watch_timeout_seconds + 30)
+        except ApiStatusError as exc:
+            if not initial or exc.code not in (400, 422, 504):
+                raise
+            self.request_errors[str(exc.code)] += 1
+            if exc.code == 504:  # too large resource version: the server is behind what we saw
+                self._storage_list = True
+            else:  # WatchList is off (Kubernetes 1.33 by default) or unknown: LIST from now on
+                self.stream_lists = False
+                log.info("%s: the API server does not stream lists (%s); listing instead", self.name, exc.message)
+            self._initial = set()  # not complete: list (or stream again)
+            return True
         self._response = response
-        self.state = WATCHING
+        if initial:
+            self._begin_stream()
+        else:
+            self.state = WATCHING
         try:
             for line in self._lines(response):
                 if self._stop.is_set():
@@ -419,9 +469,17 @@ class Informer(Generic[T]):
                 raise WatchExpired()
             raise ApiStatusError(int(code) if isinstance(code, int) else 500, str(obj.get("message", "")))
         if event_type == "BOOKMARK":
-            rv = (obj.get("metadata") or {}).get("resourceVersion")
+            meta = obj.get("metadata") or {}
+            rv = meta.get("resourceVersion")
             if isinstance(rv, str) and rv:
                 self.last_resource_version = rv
+            if self._initial is not None and (meta.get("annotations") or {}).get(INITIAL_EVENTS_END) == "true":
+                self._end_stream()
+            return True
+        if self._initial is not None and event_type == ADDED:
+            key = self._apply(ADDED, obj, from_list=True)
+            if key is not None:
+                self._initial.add(key)
             return True
         if event_type not in (ADDED, MODIFIED, DELETED):
             self.decode_errors += 1
@@ -429,6 +487,25 @@ class Informer(Generic[T]):
             return True
         self._apply(event_type, obj)
         return True
+
+    def _begin_stream(self) -> None:
+        self.state = LISTING
+        if self.synced.is_set():
+            self.relists += 1
+        self._initial = set()
+
+    def _end_stream(self) -> None:
+        """The bookmark after the initial state: what it did not name is gone, as after a LIST."""
+        seen, self._initial = self._initial or set(), None
+        for key in [k for k in self.cache if k not in seen]:
+            entry = self.cache.pop(key)
+            self._dispatch(DELETED, entry.obj)
+        self._storage_list = False
+        self.state = WATCHING
+        self.synced.set()
+        if self._reported:
+            log.info("%s: listing works again (%d objects)", self.name, len(self.cache))
+            self._reported = ""
 
     # ---- cache ----------------------------------------------------------------------------------
 

@@ -48,7 +48,7 @@ def helm() -> str:
         return str(local)
     found = shutil.which("helm")
     if found is None:
-        pytest.fail("helm v3 is needed: run deploy/tools/fetch-helm.sh")
+        pytest.fail("helm v3 is needed: make test fetches it (deploy/tools/fetch-helm.sh)", pytrace=False)
     return found
 
 

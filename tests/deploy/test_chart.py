@@ -392,12 +392,49 @@ def test_service_monitors_select_the_services_and_keep_the_series_labels() -> No
                     if spec["selector"]["matchLabels"].items() <= s["metadata"]["labels"].items()]
         assert len(services) == 1
         (endpoint,) = spec["endpoints"]
-        assert set(endpoint) <= {"port", "path", "interval", "scrapeTimeout", "honorLabels", "relabelings"}
+        assert set(endpoint) <= {"port", "path", "interval", "scrapeTimeout", "honorLabels", "relabelings",
+                                 "metricRelabelings"}
         assert endpoint["port"] in {p["name"] for p in services[0]["spec"]["ports"]}
         assert endpoint["path"] == "/metrics" and endpoint["honorLabels"] is True
         assert endpoint["interval"] == "15s" and endpoint["scrapeTimeout"] == "10s"
         assert endpoint["relabelings"] == [{"action": "replace", "targetLabel": "job", "replacement": job}]
     assert not of_kind(render(), "ServiceMonitor")
+
+
+def test_compat_families_are_relabeled_for_volcanos_dashboards_only_with_the_value() -> None:
+    """Volcano's dashboards select the fork's families with job="kube-state-metrics" (docs/compat.md)."""
+    relabel = {"action": "replace", "sourceLabels": ["__name__"], "regex": "kube_pod_volcano_.*",
+               "targetLabel": "job", "replacement": "kube-state-metrics"}
+    for sets, expected in ((("exporter.compatKubeStateMetricsFork=true",), [relabel]), ((), None)):
+        monitors = of_kind(render(sets=("serviceMonitor.enabled=true", *sets)), "ServiceMonitor")
+        by_name = {m["metadata"]["name"]: m["spec"]["endpoints"][0] for m in monitors}
+        assert by_name["volcano-monitor-exporter"].get("metricRelabelings") == expected
+        assert "metricRelabelings" not in by_name["volcano-monitor-watchdog"]
+
+
+def test_cardinality_values_reach_the_exporter_as_it_parses_them(tmp_path: Path) -> None:
+    """The exporter container's environment, parsed by the exporter's own flag parser."""
+    from exporter.cli import parse_args
+
+    docs = render(values=(ALL_ON,))
+    container = one(docs, "StatefulSet", "-exporter-shard")["spec"]["template"]["spec"]["containers"][0]
+    env = {item["name"]: item["value"] for item in container["env"] if "value" in item}
+    with pytest.MonkeyPatch.context() as patch:
+        for name, value in env.items():
+            patch.setenv(name, value)
+        options = parse_args(["--shard", "0"]).options
+    assert options.compat_ksm_fork is True
+    assert not options.families.allows("volcano_task_spec_replicas") and options.families.allows("volcano_pod_info")
+    assert options.labels.kinds == {"jobs": None, "pods": ("team", "app.kubernetes.io/name")}
+    assert options.max_objects == {"jobs": 20000, "pods": 200000}
+    default = env_of(one(render(), "Deployment", "-exporter")["spec"]["template"]["spec"]["containers"][0])
+    assert not {k for k in default if "METRIC" in k or "MAX_OBJECTS" in k or "COMPAT" in k}
+
+
+def test_allowlist_and_denylist_together_refuse_to_render() -> None:
+    done = subprocess.run(template_command(sets=("exporter.metricAllowlist={a}", "exporter.metricDenylist={b}")),
+                          capture_output=True, text=True)
+    assert done.returncode != 0 and "mutually exclusive" in done.stderr
 
 
 def test_prometheus_rules_are_built_from_the_rule_files(fixture_chart: Path, tmp_path: Path) -> None:

@@ -209,3 +209,54 @@ def full_queue() -> dict[str, Any]:
 
 def full_node() -> dict[str, Any]:
     return copy.deepcopy(_load(FULL_NODE))
+
+
+# ---- a small cluster for the why-pending tests (the recorded one: 3 nodes x 32 cores, 256Gi, 8 GPUs) ----------
+
+CLUSTER = {"cpu": "96", "memory": "768Gi", "nvidia.com/gpu": "24", "pods": "330"}  # root's spec.deserved
+
+
+def queue(name: str, parent: str | None = "root", capability: dict[str, str] | None = None,
+          allocated: dict[str, str] | None = None, state: str = "Open") -> dict[str, Any]:
+    """A Queue as v1.12 writes it; `root` gets the cluster's allocatable in `spec.deserved` (recorded)."""
+    spec: dict[str, Any] = {"weight": 1, "reclaimable": True}
+    if parent:
+        spec["parent"] = parent
+    if capability:
+        spec["capability"] = capability
+    if name == "root":
+        spec["deserved"] = dict(CLUSTER)
+    return {"apiVersion": "scheduling.volcano.sh/v1beta1", "kind": "Queue",
+            "metadata": {"name": name, "uid": f"q-{name}", "resourceVersion": "1", "creationTimestamp": T0},
+            "spec": spec, "status": {"state": state, "allocated": allocated or {"cpu": "0", "memory": "0"}}}
+
+
+def waiting_job(name: str, queue_name: str, replicas: int, request: dict[str, str], namespace: str = "ml",
+                min_available: int | None = None, phase: str = "Pending") -> dict[str, Any]:
+    """A Volcano Job with one task of `replicas` pods requesting `request` each."""
+    spec: dict[str, Any] = {"queue": queue_name, "schedulerName": "volcano", "minAvailable": min_available or replicas,
+                            "tasks": [{"name": "worker", "replicas": replicas, "template": {"spec": {
+                                "containers": [{"name": "main", "resources": {"requests": request}}]}}}]}
+    return {"apiVersion": "batch.volcano.sh/v1alpha1", "kind": "Job",
+            "metadata": {"name": name, "namespace": namespace, "uid": f"uid-{name}", "resourceVersion": "1",
+                         "creationTimestamp": T0},
+            "spec": spec, "status": {"state": {"phase": phase}, "minAvailable": min_available or replicas}}
+
+
+def job_podgroup(job: dict[str, Any], min_resources: dict[str, str], phase: str = "Pending",
+                 conditions: list[dict[str, Any]] | None = None) -> dict[str, Any]:
+    """The PodGroup Volcano's controller makes for `job`: `<name>-<uid>`, quota-style minResources keys."""
+    meta = job["metadata"]
+    resources = {f"requests.{k}" if k in ("cpu", "memory") else k: v for k, v in min_resources.items()}
+    resources["count/pods"] = str(job["spec"]["minAvailable"])
+    status: dict[str, Any] = {"phase": phase}
+    if conditions:
+        status["conditions"] = conditions
+    return {"apiVersion": "scheduling.volcano.sh/v1beta1", "kind": "PodGroup",
+            "metadata": {"name": f"{meta['name']}-{meta['uid']}", "namespace": meta["namespace"],
+                         "uid": f"pg-{meta['uid']}", "resourceVersion": "1", "creationTimestamp": T0,
+                         "ownerReferences": [{"apiVersion": "batch.volcano.sh/v1alpha1", "kind": "Job",
+                                              "name": meta["name"], "uid": meta["uid"], "controller": True}]},
+            "spec": {"minMember": job["spec"]["minAvailable"], "queue": job["spec"]["queue"],
+                     "minResources": resources},
+            "status": status}

@@ -2,7 +2,6 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from datetime import datetime
-from pathlib import Path
 from typing import Any
 
 import pytest
@@ -30,8 +29,9 @@ from tests.exporter.objects import (
     kubeflow_podgroup,
     volcano_pod,
 )
+from tests.simtools import SHARED
 
-EXAMPLES = Path(__file__).parents[2].parent / "shared" / "volcano" / "examples"
+EXAMPLES = SHARED / "volcano" / "examples"
 GI = 1024**3
 MI = 1024**2
 

@@ -8,6 +8,7 @@ from typing import NamedTuple, Protocol
 import pytest
 
 from exporter import selfmetrics
+from exporter.cardinality import Options
 from exporter.docs import all_families
 from exporter.families.base import COUNTER, GAUGE, HISTOGRAM
 from exporter.model import parse_job, parse_pod, parse_podgroup, parse_queue
@@ -112,10 +113,40 @@ def name_problems(family: FamilyLike) -> list[str]:
 
 FAMILIES = all_families()
 
+# The one exception to "volcano_*": the families of Volcano's forked kube-state-metrics, served only with
+# --compat-kube-state-metrics-fork so that Volcano's own dashboards work (docs/compat.md). They are the
+# fork's names, not those of Volcano's scheduler or controllers that DESIGN §3 forbids.
+COMPAT_FORK_NAMES = frozenset({"kube_pod_volcano_container_resource_requests",
+                               "kube_pod_volcano_container_resource_limits",
+                               "kube_pod_volcano_container_status_running"})
+OWN_FAMILIES = [f for f in FAMILIES if f.name not in COMPAT_FORK_NAMES]
+COMPAT_FAMILIES = [f for f in FAMILIES if f.name in COMPAT_FORK_NAMES]
 
-@pytest.mark.parametrize("family", FAMILIES, ids=[f.name for f in FAMILIES])
+
+@pytest.mark.parametrize("family", OWN_FAMILIES, ids=[f.name for f in OWN_FAMILIES])
 def test_family_follows_conventions(family: FamilyLike) -> None:
     assert name_problems(family) == []
+
+
+@pytest.mark.parametrize("family", COMPAT_FAMILIES, ids=[f.name for f in COMPAT_FAMILIES])
+def test_compat_family_breaks_only_the_prefix_rule(family: FamilyLike) -> None:
+    """Everything but the volcano_ prefix still holds: no Volcano name, no job/instance label."""
+    assert name_problems(family) == ["not a snake_case name starting with volcano_"]
+
+
+def test_compat_names_only_behind_the_flag() -> None:
+    """The exception is exactly the fork's names, and only a store with the flag knows them."""
+    assert {f.name for f in COMPAT_FAMILIES} == COMPAT_FORK_NAMES
+    assert not COMPAT_FORK_NAMES & {f.name for f in ExporterStore().families()}
+    assert {f.name for f in ExporterStore(options=Options(compat_ksm_fork=True)).families()} >= COMPAT_FORK_NAMES
+
+
+def test_no_compat_name_served_without_the_flag() -> None:
+    store = ExporterStore()
+    store.on_pod("ADDED", parse_pod(objects.full_pod(), statuses=True))
+    out: list[bytes] = []
+    store.write(out)
+    assert "kube_pod_volcano" not in b"".join(out).decode()
 
 
 def test_family_names_are_unique() -> None:

@@ -196,7 +196,7 @@ def prometheus_binary() -> str:
                                            else None)
     if found is None:
         pytest.fail("this test needs a Prometheus server binary and none was found (not on PATH, not "
-                    "/usr/bin/prometheus): install it, e.g. `apt-get install prometheus` (.ci/run does)",
+                    "/usr/bin/prometheus): install Debian's prometheus (make test does when run as root)",
                     pytrace=False)
     return found
 
@@ -209,12 +209,15 @@ def free_port() -> int:
 
 
 class Prometheus:
-    def __init__(self, binary: str, workdir: Path, targets: dict[str, str]) -> None:
+    def __init__(self, binary: str, workdir: Path, targets: dict[str, str],
+                 job_config: dict[str, str] | None = None) -> None:
+        """`job_config`: more YAML for a scrape job (e.g. metric_relabel_configs), indented by 4 spaces."""
         self.port = free_port()
         self.url = f"http://127.0.0.1:{self.port}"
         self.config = workdir / "prometheus.yml"
         self.log_path = workdir / "prometheus.log"
         jobs = "".join(f"  - job_name: {job}\n    static_configs:\n      - targets: ['{target}']\n"
+                       + (job_config or {}).get(job, "")
                        for job, target in targets.items())
         self.config.write_text("global:\n  scrape_interval: 1s\n  scrape_timeout: 1s\n  evaluation_interval: 1s\n"
                                f"scrape_configs:\n{jobs}")
@@ -328,6 +331,14 @@ def test_prometheus_scrapes_and_joins_exporter_with_usage(tmp_path: Path,
             return None if series else "no volcano_pod_info series with a queue yet"
 
         poll("volcano_pod_info scraped", deadline, pod_info)
+
+        def pending_reasons() -> str | None:  # the default scenario has gangs stuck on the cluster and queues
+            series = prom.query('volcano_job_pending_reason{reason=~"cluster_.*|queue_.*"}')
+            return None if series else "no volcano_job_pending_reason series naming a queue or the cluster yet"
+
+        poll("volcano_job_pending_reason scraped", deadline, pending_reasons)
+        assert not prom.query("count by (namespace, job_name) (volcano_job_pending_reason) > 1"), \
+            "a job with more than one pending reason"
         info = prom.query("volcano_pod_info")
         assert all(r["value"][1] == "1" for r in info), info
         assert all(r["metric"]["job"] == EXPORTER_JOB for r in info), info

@@ -73,26 +73,54 @@ def create_pods(sim: SimulatorThread, count: int, namespace: str = "default") ->
     sim.call(create)
 
 
-def test_first_list_is_served_by_the_api_servers_cache(sim: SimulatorThread, api: client.ApiClient,
-                                                       informers: list[Any]) -> None:
-    """resourceVersion=0, as client-go's reflector: one answer from the watch cache, no etcd pages."""
+def test_initial_state_is_streamed_where_the_server_offers_it(sim: SimulatorThread, api: client.ApiClient,
+                                                              informers: list[Any]) -> None:
+    """sendInitialEvents: the state as ADDED events and a marked bookmark; no list response at all."""
+    create_pods(sim, 25)
+    informer, rec = start(api, informers, page_size=10)
+    assert (sim.api.streamed_lists, sim.api.lists_from_cache, sim.api.list_pages_from_storage) == (1, 0, 0)
+    assert cache_state(informer) == server_state(sim) and len(rec.events) == 25
+    assert informer.last_resource_version == str(sim.store.rv)
+    sim.call(sim.store.delete, sim_types.PODS, "default", "p4")  # the same stream goes on as a watch
+    wait_for(lambda: rec.of("p4") == ["ADDED", "DELETED"])
+    assert sim.api.streamed_lists == 1
+
+
+def test_without_streaming_the_first_list_is_served_by_the_cache(sim: SimulatorThread, api: client.ApiClient,
+                                                                 informers: list[Any]) -> None:
+    """WatchList off (Kubernetes 1.33's default): 422, then resourceVersion=0 as client-go's reflector."""
+    sim.api.faults.watch_list = False
     create_pods(sim, 25)
     informer, rec = start(api, informers, page_size=10)
     assert (sim.api.lists_from_cache, sim.api.list_pages_from_storage) == (1, 0)
+    assert not informer.stream_lists and informer.request_errors["422"] == 1
     assert cache_state(informer) == server_state(sim) and len(rec.events) == 25
 
 
-def test_relist_asks_for_no_older_state_and_falls_back_to_storage(sim: SimulatorThread, api: client.ApiClient,
-                                                                  informers: list[Any]) -> None:
+@pytest.mark.parametrize("stream", [True, False])
+def test_relist_asks_for_no_older_state(sim: SimulatorThread, api: client.ApiClient, informers: list[Any],
+                                        stream: bool) -> None:
     create_pods(sim, 25)
-    informer, rec = start(api, informers, page_size=10)
+    informer, rec = start(api, informers, page_size=10, stream_lists=stream)
     sim.stop_http()
     sim.call(sim.store.delete, sim_types.PODS, "default", "p0")
     sim.call(sim.store.compact)
-    sim.start_http()  # the watch gets 410: relist, NotOlderThan what was seen, from the cache
+    sim.start_http()  # the watch gets 410: the state again, NotOlderThan what was seen, from the cache
     wait_for(lambda: informer.relists >= 1 and cache_state(informer) == server_state(sim))
-    assert (sim.api.lists_from_cache, sim.api.list_pages_from_storage) == (2, 0)
-    assert rec.of("p0") == ["ADDED", "DELETED"]
+    served = (sim.api.streamed_lists, sim.api.lists_from_cache, sim.api.list_pages_from_storage)
+    assert served == ((2, 0, 0) if stream else (0, 2, 0))
+    assert rec.of("p0") == ["ADDED", "DELETED"]  # what the new state does not name is gone
+
+
+def test_a_stream_cut_before_the_initial_state_is_complete_starts_again(sim: SimulatorThread,
+                                                                        api: client.ApiClient,
+                                                                        informers: list[Any]) -> None:
+    create_pods(sim, 6)
+    sim.api.faults.truncate_streams = 1  # three pods, then the stream closes without the end bookmark
+    informer, rec = start(api, informers)
+    assert sim.api.streamed_lists == 1 and informer.relists == 0
+    assert cache_state(informer) == server_state(sim)
+    assert sorted(rec.events) == sorted(set(rec.events)) and len(rec.events) == 6  # nothing twice
 
 
 def test_a_server_behind_our_resource_version_is_read_from_storage(sim: SimulatorThread,
@@ -110,7 +138,7 @@ def test_a_server_behind_our_resource_version_is_read_from_storage(sim: Simulato
 def test_paginated_list_then_watch(sim: SimulatorThread, api: client.ApiClient, informers: list[Any]) -> None:
     create_pods(sim, 25)
     before = sim.api.requests_total
-    informer, rec = start(api, informers, page_size=10, list_from_cache=False)
+    informer, rec = start(api, informers, page_size=10, list_from_cache=False, stream_lists=False)
     assert sim.api.requests_total - before >= 3  # three pages, then the watch
     assert sim.api.list_pages_from_storage == 3
     assert cache_state(informer) == server_state(sim)
@@ -159,7 +187,7 @@ def test_expired_continue_token_restarts_the_list(sim: SimulatorThread, api: cli
         return original(token)
 
     sim.store.snapshot = snapshot_expiring_once  # type: ignore[method-assign]
-    informer, rec = start(api, informers, page_size=10, list_from_cache=False)
+    informer, rec = start(api, informers, page_size=10, list_from_cache=False, stream_lists=False)
     assert expired["done"] and informer.relists == 1
     assert cache_state(informer) == server_state(sim)
     assert len(rec.events) == 30 and len(set(rec.events)) == 30  # nothing delivered twice
@@ -271,3 +299,23 @@ def test_namespace_and_cluster_scope(sim: SimulatorThread, api: client.ApiClient
     queues, _ = start(api, informers, kind=QUEUES)
     assert set(only_b.cache) == {"b/p0", "b/p1", "b/p2"}
     assert set(queues.cache) == {"root"}
+
+
+def test_an_unreachable_server_is_named_in_one_short_line(caplog: pytest.LogCaptureFixture) -> None:
+    """No urllib3 retries and no wrapping: "cannot reach the API server URL: [Errno 111] Connection refused"."""
+    import socket
+
+    with socket.socket() as probe:  # a port nobody listens on
+        probe.bind(("127.0.0.1", 0))
+        url = f"http://127.0.0.1:{probe.getsockname()[1]}"
+    settings = client.Configuration(host=url)
+    settings.retries = 0
+    informer: Informer[Any] = Informer(client.ApiClient(settings), PODS, backoff=Backoff(0.05, 0.1))
+    with caplog.at_level(logging.WARNING):
+        informer.start()
+        wait_for(lambda: informer.request_errors["connection"] >= 1)
+        informer.stop()
+    assert "Connection refused" in informer.last_error and "HTTPConnectionPool" not in informer.last_error
+    lines = [r.getMessage() for r in caplog.records if "cannot reach" in r.getMessage()]
+    assert lines and lines[0].startswith(f"pods: cannot reach the API server {url}: [Errno 111]")
+    assert not [r for r in caplog.records if r.name.startswith("urllib3")]

@@ -1,7 +1,10 @@
-"""`make demo` runs `python -m simulator.demo`: it must come up, say where to look, and stop cleanly."""
+"""`make demo` runs `python -m simulator.demo`: it must come up, say where to look with commands that
+run as printed, and stop cleanly."""
 
 from __future__ import annotations
 
+import os
+import shlex
 import signal
 import subprocess
 import sys
@@ -13,21 +16,29 @@ from tests.simtools import wait_for
 
 
 def test_demo_starts_everything_and_stops_on_ctrl_c(tmp_path: Path) -> None:
-    sim_port, exporter_port = free_port(), free_port()
+    ports = {name: free_port() for name in ("sim", "exporter", "watchdog", "chat", "prometheus", "alertmanager")}
     process = subprocess.Popen(
-        [sys.executable, "-m", "simulator.demo", "--dir", str(tmp_path), "--sim-port", str(sim_port),
-         "--exporter-port", str(exporter_port), "--speed", "60"],
-        stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+        [sys.executable, "-m", "simulator.demo", "--dir", str(tmp_path), "--speed", "60",
+         *(arg for name, port in ports.items() for arg in (f"--{name}-port", str(port)))],
+        stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, start_new_session=True,
     )
     lines: list[str] = []
     try:
         assert process.stdout is not None
-        wait_for(lambda: bool(lines.append(process.stdout.readline()) or "| grep" in lines[-1]), timeout=60)
+        wait_for(lambda: bool(lines.append(process.stdout.readline()) or "Grafana dashboards" in lines[-1]),
+                 timeout=120)
         text = "".join(lines)
-        assert f"http://127.0.0.1:{exporter_port}/metrics" in text and "kubectl --kubeconfig" in text
-        body = urllib.request.urlopen(f"http://127.0.0.1:{exporter_port}/metrics", timeout=5).read()
+        assert f"http://127.0.0.1:{ports['exporter']}/metrics" in text and "kubectl --kubeconfig" in text
+        body = urllib.request.urlopen(f"http://127.0.0.1:{ports['exporter']}/metrics", timeout=5).read()
         assert b"volcano_pod_info{" in body
         assert (tmp_path / "kubeconfig").exists()
+        printed = [line.strip() for line in lines if "volcano-watchdog " in line and line.strip().startswith("/")]
+        assert len(printed) == 2, text  # recommend and notify-test, with the venv's path
+        for command in printed:  # from another directory, exactly as printed
+            done = subprocess.run(shlex.split(command), capture_output=True, text=True, timeout=60, cwd="/")
+            assert done.returncode == 0, (command, done.stderr)
     finally:
-        process.send_signal(signal.SIGINT)
-        assert process.wait(20) == 0
+        os.killpg(process.pid, signal.SIGINT)  # Ctrl-C: the terminal signals the whole foreground group
+        assert process.wait(60) == 0
+    for name in ("volcano-exporter", "volcano-watchdog"):  # the simulator stopped last: nobody lost it
+        assert "cannot reach the API server" not in (tmp_path / f"{name}.log").read_text(), name

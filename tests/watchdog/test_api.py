@@ -3,7 +3,9 @@ the bearer-token rule for every non-GET route, readiness, OpenAPI, and one real 
 
 from __future__ import annotations
 
+import json
 import logging
+import re
 import threading
 import time
 from collections.abc import Iterator
@@ -415,3 +417,22 @@ def test_people_data_needs_a_token_and_the_rest_is_public(seeded: Engine) -> Non
     closed = TestClient(create_app(seeded, Settings(), health(), clock=lambda: NOW))
     assert closed.get("/api/v1/notifications").status_code == 403
     assert closed.get("/api/v1/alerts").status_code == 200
+
+
+def test_the_documented_silence_works_as_curl_sends_it(engine: Engine) -> None:
+    """docs/notifications.md's example, with what `curl -d` declares when not told (form-urlencoded) and
+    with no content type at all: JSON either way (it was a 422)."""
+    docs = (Path(__file__).resolve().parents[2] / "docs" / "notifications.md").read_text()
+    body = re.search(r"silences -d '(\{.*?\})'", docs, re.S)
+    assert body is not None, "the silence example is gone from docs/notifications.md"
+    payload = json.loads(body.group(1))
+    payload["ends_at"] = (NOW + timedelta(hours=2)).isoformat()
+    client = client_for(engine)
+    auth = {"Authorization": f"Bearer {TOKEN}"}
+    for declared in ({"Content-Type": "application/x-www-form-urlencoded"}, {}):
+        created = client.post("/api/v1/silences", content=json.dumps(payload), headers={**auth, **declared})
+        assert created.status_code in (200, 201), created.text
+    listed = client.get("/api/v1/silences?active=true", headers=auth).json()
+    assert len(listed) == 2 and listed[0]["created_by"] == "alice"
+    garbage = client.post("/api/v1/silences", content=b"matchers=x", headers=auth)
+    assert garbage.status_code == 422  # still refused, now as JSON that does not decode

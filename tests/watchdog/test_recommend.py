@@ -3,6 +3,7 @@ from __future__ import annotations
 import json
 import random
 from datetime import UTC, datetime, timedelta
+from pathlib import Path
 
 import pytest
 import yaml
@@ -339,3 +340,29 @@ def test_recommend_command_prints_what_the_database_holds(database_url: str) -> 
     assert yaml.safe_load(run("-o", "yaml", "--namespace", "etl"))[0]["workload"] == "daily"
     table = run("--namespace", "ml")
     assert "train" in table and "daily" not in table
+
+
+def test_recommend_creates_no_database_and_names_the_one_it_read(tmp_path: Path, database_url: str) -> None:
+    """A read-only command: a mistyped SQLite path is an error (no file appears), an unmigrated
+    database is named with the way out, and the output says which database it read."""
+    import subprocess
+    import sys
+
+    from watchdog.db.engine import make_engine, migrate
+
+    def run(url: str) -> subprocess.CompletedProcess[str]:
+        return subprocess.run([sys.executable, "-m", "watchdog.cli", "--database-url", url, "recommend"],
+                              capture_output=True, text=True, timeout=60, cwd=tmp_path)
+
+    missing = tmp_path / "typo.db"
+    done = run(f"sqlite:///{missing}")
+    assert done.returncode == 1 and f"no database at {missing}" in done.stderr and not missing.exists()
+    done = run(database_url)  # exists (PostgreSQL) or not (SQLite), but holds no schema
+    assert done.returncode == 1 and ("volcano-watchdog migrate" in done.stderr or "no database" in done.stderr)
+    engine = make_engine(database_url)
+    migrate(engine)
+    engine.dispose()
+    done = run(database_url)
+    assert done.returncode == 0, done.stderr
+    assert "recommendations from" in done.stderr and "alembic" not in done.stderr
+    assert not missing.exists()

@@ -20,6 +20,8 @@ from typing import Any
 
 from alembic import command
 from alembic.config import Config
+from alembic.runtime.migration import MigrationContext
+from alembic.script import ScriptDirectory
 from sqlalchemy import Connection, Engine, create_engine, event, text
 from sqlalchemy.engine.interfaces import DBAPIConnection
 from sqlalchemy.exc import SQLAlchemyError
@@ -76,6 +78,25 @@ def migrate(engine: Engine, revision: str = "head") -> None:
     the migration lock so replicas starting together apply each step once."""
     with migration_lock(engine) as connection:
         command.upgrade(alembic_config(engine, connection), revision)
+
+
+class NotReadable(Exception):
+    """A read-only command found no database, or one whose schema this version cannot read."""
+
+
+def check_readable(engine: Engine) -> None:
+    """For read-only commands: the database must exist with the schema at head. They never create a
+    SQLite file or migrate (a typo in --database-url would otherwise print "no history" from an empty
+    database it just made)."""
+    database = engine.url.database or ""
+    if engine.dialect.name == "sqlite" and database not in ("", ":memory:") and not Path(database).is_file():
+        raise NotReadable(f"no database at {database} (the watchdog creates it; check --database-url)")
+    head = ScriptDirectory.from_config(alembic_config(engine)).get_current_head()
+    with engine.connect() as connection:
+        current = MigrationContext.configure(connection).get_current_revision()
+    if current != head:
+        raise NotReadable(f"{display_url(engine)} has schema revision {current or 'none'}, this version reads "
+                          f"{head}: run `volcano-watchdog migrate` first")
 
 
 @contextmanager

@@ -24,6 +24,7 @@ from sqlalchemy import Engine, func, select
 from sqlalchemy.orm import Session
 
 from simulator.chatinbox import ChatInbox, InboxMessage
+from simulator.stack import alertmanager_binary
 from tests.exporter.test_cli import free_port
 from watchdog.api import Health, create_app
 from watchdog.app import Watchdog
@@ -235,8 +236,12 @@ def alertmanager(tmp_path: Path, watchdog_url: str) -> Iterator[str]:
     config.write_text(yaml.safe_dump(alertmanager_config(watchdog_url), sort_keys=False))
     port = free_port()
     log = tmp_path / "alertmanager.log"
+    binary = alertmanager_binary()
+    if binary is None:
+        pytest.fail("Alertmanager is needed: install Debian's prometheus-alertmanager (make test does when run "
+                    "as root)", pytrace=False)
     process = subprocess.Popen(
-        ["prometheus-alertmanager", f"--config.file={config}", f"--storage.path={tmp_path / 'am-data'}",
+        [binary, f"--config.file={config}", f"--storage.path={tmp_path / 'am-data'}",
          f"--web.listen-address=127.0.0.1:{port}", "--cluster.listen-address=", "--log.level=debug"],
         stdout=log.open("wb"), stderr=subprocess.STDOUT)
     url = f"http://127.0.0.1:{port}"

@@ -1,0 +1,174 @@
+"""The store's part for `volcano_job_pending_reason`: the waiting jobs of one shard, the queue tree and
+the rendered reasons, kept current on events (the explanation itself is `exporter.pending`).
+
+Every shard keeps the Queues and the waiting PodGroups; each explains its own Jobs and its own PodGroups
+of other operators. A job's row is redone when the job or its group changes. The queue-dependent part (a
+`Verdict`) is shared by the jobs of one queue and request: after queue changes (root's `allocated` moves
+with every placement) `refresh`, at the next scrape, recomputes each distinct verdict once and redoes only
+the jobs whose verdict's labels changed. Callers hold the store's lock.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+
+from exporter.cardinality import FamilyFilter
+from exporter.families import job as job_families
+from exporter.model import Job, PodGroup, Queue
+from exporter.pending import (
+    Explanation,
+    Verdict,
+    VerdictKey,
+    Verdicts,
+    explain,
+    group_waiting,
+    is_job_group,
+    job_waiting,
+    verdict,
+    verdict_key,
+)
+from exporter.rows import Rows
+
+GroupKey = tuple[str, str]  # (namespace, podgroup name)
+PODGROUP_PREFIX = "podgroup:"  # row keys of PodGroups explained without a Volcano Job
+Labels = tuple[str, str, str]  # reason, queue, resource: what the row shows
+
+
+def _labels(found: Verdict | None) -> Labels | None:
+    return None if found is None else (found.reason, found.queue, found.resource)
+
+
+class WaitingJobs:
+    def __init__(self, served: FamilyFilter | None, groups: Mapping[GroupKey, object]) -> None:
+        """`groups`: every PodGroup the shard knows of (the store's owners), waiting or not."""
+        self.rows = Rows(job_families.PENDING, served=served)
+        self.groups = groups
+        self.queues: dict[str, Queue] = {}
+        self.waiting_groups: dict[GroupKey, PodGroup] = {}
+        self.jobs: dict[str, Job] = {}  # this shard's waiting Jobs, by job key
+        self._job_of_group: dict[GroupKey, str] = {}  # a waiting job's group -> its key
+        self.own_groups: dict[str, GroupKey] = {}  # this shard's PodGroups of other operators, by row key
+        self._shown: dict[str, Labels] = {}
+        self._verdicts: Verdicts = {}
+        self._verdict_rows: dict[VerdictKey, set[str]] = {}
+        self._row_verdict: dict[str, VerdictKey] = {}
+        self._changed = False
+        # Set by the app to its Queue informer's "listed" flag: until then a job's queue not seen yet is not
+        # called missing (the Job informer may list before the Queue one).
+        self.queues_listed: Callable[[], bool] = lambda: True
+        self._listed = False
+
+    # ---- events ------------------------------------------------------------------------------------------
+
+    def on_job(self, key: str, job: Job | None) -> None:
+        """A Job of this shard changed; None: deleted (or not exported at all)."""
+        old = self.jobs.pop(key, None)
+        if old is not None:
+            group_key = (old.namespace, old.podgroup)
+            if self._job_of_group.get(group_key) == key:
+                del self._job_of_group[group_key]
+        if job is None or not job_waiting(job) or not self.rows.any:
+            self._show(key, None)
+            return
+        self.jobs[key] = job
+        self._job_of_group[(job.namespace, job.podgroup)] = key
+        self._explain_job(key)
+
+    def on_any_group(self, group_key: GroupKey, group: PodGroup | None) -> None:
+        """Any PodGroup changed (every shard sees them all); None: deleted. Call after `groups` is updated."""
+        if group is not None and group_waiting(group):
+            self.waiting_groups[group_key] = group
+        else:
+            self.waiting_groups.pop(group_key, None)
+        job_key = self._job_of_group.get(group_key)
+        if job_key is not None:
+            self._explain_job(job_key)
+
+    def on_own_group(self, row_key: str, group_key: GroupKey, group: PodGroup | None) -> None:
+        """A PodGroup of this shard changed; explained here unless it is a Volcano Job's (with its Job)."""
+        row_key = PODGROUP_PREFIX + row_key
+        if group is None or is_job_group(group) or not group_waiting(group) or not self.rows.any:
+            self.own_groups.pop(row_key, None)
+            self._show(row_key, None)
+        else:
+            self.own_groups[row_key] = group_key
+            self._explain_group(row_key)
+
+    def on_queue(self, queue: Queue, deleted: bool) -> None:
+        if deleted:
+            self.queues.pop(queue.name, None)
+        else:
+            self.queues[queue.name] = queue
+        self._changed = True
+
+    # ---- scrape ------------------------------------------------------------------------------------------
+
+    def refresh(self) -> None:
+        """After queue changes: each distinct verdict again, and the jobs of those whose labels changed (the
+        message, with live amounts, is the watchdog API's: the rows need not follow every placement)."""
+        complete = self._complete()
+        if not self._changed and complete:
+            return
+        self._changed = False
+        for verdict_of in list(self._verdict_rows):
+            fresh = verdict(verdict_of, self.queues, complete=complete)
+            known = verdict_of in self._verdicts
+            old = self._verdicts.get(verdict_of)
+            self._verdicts[verdict_of] = fresh
+            if known and _labels(old) == _labels(fresh):
+                continue
+            for key in list(self._verdict_rows.get(verdict_of, ())):
+                if key.startswith(PODGROUP_PREFIX):
+                    self._explain_group(key)
+                else:
+                    self._explain_job(key)
+
+    # ---- internals ---------------------------------------------------------------------------------------
+
+    def _complete(self) -> bool:
+        if not self._listed and self.queues_listed():
+            self._listed = True
+            self._changed = True  # the verdicts made meanwhile are redone now
+        return self._listed
+
+    def _explain_job(self, key: str) -> None:
+        """A waiting Job whose PodGroup exists but no longer waits is the scheduler's no more: no row."""
+        job = self.jobs[key]
+        group_key = (job.namespace, job.podgroup)
+        group = self.waiting_groups.get(group_key)
+        if group is None and group_key in self.groups:
+            self._show(key, None)
+            return
+        queue = group.queue if group is not None else job.queue
+        why = explain(queue, self.queues, group, job, verdicts=self._verdicts, complete=self._complete())
+        self._show(key, why, job.namespace, job.name, verdict_key(queue, group))
+
+    def _explain_group(self, row_key: str) -> None:
+        group = self.waiting_groups.get(self.own_groups[row_key])
+        if group is None:
+            self._show(row_key, None)
+            return
+        why = explain(group.queue, self.queues, group, None, verdicts=self._verdicts, complete=self._complete())
+        self._show(row_key, why, group.namespace, group.owner_name or group.name, verdict_key(group.queue, group))
+
+    def _show(self, key: str, why: Explanation | None, namespace: str = "", job_name: str = "",
+              verdict_of: VerdictKey | None = None) -> None:
+        previous = self._row_verdict.get(key)
+        if previous is not None and previous != verdict_of:
+            del self._row_verdict[key]
+            rows = self._verdict_rows[previous]
+            rows.discard(key)
+            if not rows:
+                del self._verdict_rows[previous]
+                self._verdicts.pop(previous, None)
+        if why is None or verdict_of is None:
+            self._shown.pop(key, None)
+            self.rows.delete(key)
+            return
+        if previous != verdict_of:
+            self._row_verdict[key] = verdict_of
+            self._verdict_rows.setdefault(verdict_of, set()).add(key)
+        labels = (why.reason, why.queue, why.resource)
+        if self._shown.get(key) != labels:
+            self._shown[key] = labels
+            self.rows.put(key, (job_families.render_pending(namespace, job_name, why),))

@@ -1,0 +1,78 @@
+"""`GET /api/v1/jobs/{uid}/why`: why a live job is not running, from the watchdog's informer state.
+
+The explanation is `exporter.pending`'s, the same the exporter puts on `volcano_job_pending_reason`,
+computed on request from `ClusterIndex` (the Jobs, PodGroups and Queues the worker has observed): a
+request costs one explanation, nothing is kept. Read-only and public like `/api/v1/jobs`: it names
+queues and jobs, nothing of the jobs' data.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Annotated
+
+from fastapi import APIRouter, HTTPException, Path
+from pydantic import BaseModel
+
+from exporter.pending import REASONS
+from watchdog.cluster import WhyPending
+
+Explain = Callable[[str], WhyPending | None]  # ClusterIndex.why
+
+
+class ErrorOut(BaseModel):
+    detail: str
+
+
+class WhyOut(BaseModel):
+    """Why a live job waits. `pending` is false, and the reason fields null, once it runs or has finished."""
+
+    uid: str
+    kind: str  # Job (Volcano), the PodGroup owner's kind (PyTorchJob, ...), or PodGroup
+    namespace: str
+    job_name: str
+    phase: str
+    pending: bool
+    reason: str | None  # one of the documented reasons
+    queue: str | None  # the queue the reason is about (the job's own when it is about none)
+    resource: str | None  # the resource short of room, e.g. nvidia.com/gpu; "" when the reason names none
+    message: str | None  # e.g. "queue research: nvidia.com/gpu 6 allocated + 4 requested > capability 8"
+    scheduler_reason: str  # the PodGroup's Unschedulable condition as the scheduler wrote it, "" without one
+    scheduler_message: str
+
+
+DESCRIPTION = (
+    "Why a live Job (or another operator's PodGroup, by its UID) is not running: one reason, the first that "
+    "holds of\n\n" + "\n".join(f"- `{reason}`: {meaning}" for reason, meaning in REASONS.items())
+    + "\n\n404 when the watchdog's informers know no live Job or PodGroup with this UID (finished and "
+    "deleted runs: `/api/v1/jobs/{uid}`).")
+
+
+def why_out(found: WhyPending) -> WhyOut:
+    why = found.explanation
+    if why is None:
+        return WhyOut(uid=found.uid, kind=found.kind, namespace=found.namespace, job_name=found.job_name,
+                      phase=found.phase, pending=False, reason=None, queue=None, resource=None, message=None,
+                      scheduler_reason="", scheduler_message="")
+    return WhyOut(uid=found.uid, kind=found.kind, namespace=found.namespace, job_name=found.job_name,
+                  phase=found.phase, pending=True, reason=why.reason, queue=why.queue, resource=why.resource,
+                  message=why.message, scheduler_reason=why.scheduler_reason,
+                  scheduler_message=why.scheduler_message)
+
+
+def why_router(explain: Explain, synced: Callable[[], bool] = lambda: True) -> APIRouter:
+    """`synced`: the index holds every informer's first list (`Watchdog.index_synced`). Before, a job's queue
+    may not be known yet and would read as `queue_missing`: the route answers 503 instead."""
+    router = APIRouter(tags=["jobs"])
+
+    @router.get("/api/v1/jobs/{uid}/why", response_model=WhyOut, description=DESCRIPTION,
+                responses={404: {"model": ErrorOut}, 503: {"model": ErrorOut}})
+    def why_pending(uid: Annotated[str, Path(max_length=64, pattern=r"^[^\x00]*$")]) -> WhyOut:
+        if not synced():
+            raise HTTPException(503, "the watchdog's informers have not synced yet")
+        found = explain(uid)
+        if found is None:
+            raise HTTPException(404, "no such live job or podgroup")
+        return why_out(found)
+
+    return router
