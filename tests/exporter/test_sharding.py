@@ -55,7 +55,8 @@ def test_namespaces_limit_namespaced_kinds(scenario_sim: SimulatorThread, tmp_pa
 
 def test_each_shard_observes_the_waits_of_its_own_jobs(tmp_path: Path, exporters: list[Exporter]) -> None:
     """The wait histograms of the shards add up to the unsharded exporter's, each job observed once."""
-    with SimulatorThread(scenario="queue-wait", speed=20, tick_interval=0.05) as sim:  # fifo runs after 2 s
+    # Ticked only once every exporter has started: none may miss a job that turned Running before it did.
+    with SimulatorThread(scenario="queue-wait", speed=20, auto_tick=False) as sim:
         whole = start_exporter(sim, tmp_path / "whole")
         shards = [start_exporter(sim, tmp_path / str(i), shard=i, total_shards=2) for i in range(2)]
         exporters.extend([whole, *shards])
@@ -64,6 +65,10 @@ def test_each_shard_observes_the_waits_of_its_own_jobs(tmp_path: Path, exporters
             return sum(select(parse(exporter.scrape()), "volcano_queue_job_wait_duration_seconds_count",
                               queue="fifo").values())
 
-        wait_for(lambda: waits(whole) == 30, timeout=60, interval=0.2)
+        def all_observed() -> bool:
+            sim.tick()
+            return waits(whole) == 30
+
+        wait_for(all_observed, timeout=60, interval=0.1)
         wait_for(lambda: sum(map(waits, shards)) == 30, timeout=5, interval=0.2)
         assert all(0 < waits(s) < 30 for s in shards)  # split between them, not all on one
