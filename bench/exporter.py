@@ -54,7 +54,7 @@ from typing import Any, cast
 
 import orjson
 from prometheus_client import CollectorRegistry, generate_latest
-from prometheus_client.core import GaugeMetricFamily
+from prometheus_client.core import GaugeMetricFamily, HistogramMetricFamily
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
@@ -63,7 +63,8 @@ from exporter.families import job as job_families
 from exporter.families import pod as pod_families
 from exporter.families import podgroup as podgroup_families
 from exporter.families import queue as queue_families
-from exporter.families.base import Family
+from exporter.families import queue_wait
+from exporter.families.base import Family, format_value
 from exporter.kube.config import api_client
 from exporter.kube.informer import Informer
 from exporter.kube.resources import JOBS, PODGROUPS, PODS, QUEUES, ResourceKind
@@ -200,7 +201,7 @@ class NaiveCollector:
     def __init__(self, jobs: list[Job], groups: list[PodGroup], pods: list[Pod], queues: list[Queue]) -> None:
         self.jobs, self.groups, self.pods, self.queues = jobs, groups, pods, queues
 
-    def collect(self) -> Iterator[GaugeMetricFamily]:
+    def collect(self) -> Iterator[GaugeMetricFamily | HistogramMetricFamily]:
         gauges: dict[str, GaugeMetricFamily] = {}
 
         def g(family: Family, labels: tuple[str, ...], value: float | None) -> None:
@@ -299,6 +300,14 @@ class NaiveCollector:
         for (queue, phase), count in job_phases.items():
             g(qf.JOBS, (queue, phase), count)
         yield from gauges.values()
+        # The wait / run histograms: a series per queue and priority class of the Jobs seen, empty here (the
+        # bench's Jobs started before the exporter did).
+        series = sorted({(j.queue, j.priority_class) for j in self.jobs})
+        for family in queue_wait.FAMILIES:
+            histogram = HistogramMetricFamily(family.name, family.help, labels=family.labels)
+            for labels in series:
+                histogram.add_metric(labels, [(str(b), 0) for b in queue_wait.BUCKETS] + [("+Inf", 0)], 0)
+            yield histogram
 
 
 LABEL = re.compile(r'(\w+)="((?:[^"\\]|\\.)*)"')
@@ -311,7 +320,10 @@ def samples(body: bytes) -> dict[tuple[str, tuple[tuple[str, str], ...]], float]
         if line and not line.startswith("#"):
             series, _, value = line.rpartition(" ")
             name, _, labels = series.partition("{")
-            out[name, tuple(sorted(LABEL.findall(labels)))] = float(value)
+            pairs = LABEL.findall(labels)
+            if name.endswith("_bucket"):  # prometheus_client writes le="1.0", we write le="1": same bound
+                pairs = [(k, format_value(float(v)) if k == "le" and v != "+Inf" else v) for k, v in pairs]
+            out[name, tuple(sorted(pairs))] = float(value)
     return out
 
 

@@ -1,4 +1,10 @@
-"""Wiring: informers for Jobs, PodGroups, Pods and Queues feeding one `ExporterStore`."""
+"""Wiring: informers for Jobs, PodGroups, Pods, Queues and eviction Events feeding one `ExporterStore`.
+
+Why an Events informer: a pod that Volcano evicts is deleted right after its condition is written, so a
+watch gap (relist) can hide the condition; its `Evict` Event (kept an hour) still tells, and a
+kube-scheduler `Preempted` Event names the preemptor. The predicate keeps only eviction Events about pods
+(`exporter.eviction.about_eviction`): every other Event costs a dict lookup and is neither parsed nor cached.
+"""
 
 from __future__ import annotations
 
@@ -13,16 +19,23 @@ from kubernetes import client
 
 from exporter import selfmetrics
 from exporter.cardinality import DEFAULTS, Options
+from exporter.eviction import about_eviction
 from exporter.families.compat import parse_containers
 from exporter.kinds import parse_cronjob, parse_hypernode, parse_jobflow
 from exporter.kube import informer as inf
 from exporter.kube.informer import Backoff, Informer
-from exporter.kube.resources import CRONJOBS, HYPERNODES, JOBFLOWS, JOBS, PODGROUPS, PODS, QUEUES, ResourceKind
+from exporter.kube.resources import CRONJOBS, EVENTS, HYPERNODES, JOBFLOWS, JOBS, PODGROUPS, PODS, QUEUES, ResourceKind
 from exporter.model import Job, Pod, PodGroup, Queue, parse_job, parse_pod, parse_podgroup, parse_queue
 from exporter.podview import is_volcano_pod
 from exporter.rows import gzip_member
 from exporter.sharding import owns, raw_uid
 from exporter.store import ExporterStore
+
+
+def _involved_uid(raw: Any) -> str:
+    """The UID of the pod an Event is about (`about_eviction` has checked the shape)."""
+    uid = raw["involvedObject"].get("uid")
+    return uid if isinstance(uid, str) else ""
 
 
 class Exporter:
@@ -31,13 +44,14 @@ class Exporter:
                  watch_timeout_seconds: int = 300, options: Options = DEFAULTS) -> None:
         self.store = ExporterStore(emit_queues=shard == 0, options=options)
         self.informers: list[Informer[Any]] = []
+        self.optional: list[Informer[Any]] = []  # not waited for by /readyz (events: an older RBAC lacks them)
         self._scrape_seconds = 0.0
         self._scrapes = 0
         self._scrape_lock = threading.Lock()
         mine = owns(shard, total_shards)
 
         def add(kind: ResourceKind, transform: Callable[[Any], Any], handler: Callable[[str, Any], None],
-                predicate: Callable[[Any], bool] | None) -> None:
+                predicate: Callable[[Any], bool] | None, required: bool = True) -> None:
             scopes: list[str | None] = list(namespaces) if namespaces and kind.namespaced else [None]
             for namespace in scopes:
                 informer: Informer[Any] = Informer(
@@ -46,6 +60,8 @@ class Exporter:
                     watch_timeout_seconds=watch_timeout_seconds)
                 informer.add_handler(handler)
                 self.informers.append(informer)
+                if not required:
+                    self.optional.append(informer)
 
         pod_view = pod_transform(options, compat=self.store.compat)
         job_view = job_transform(options)
@@ -62,6 +78,9 @@ class Exporter:
                 self.store.on_podgroup(event_type, group)
 
         add(PODGROUPS, parse_podgroup, on_podgroup, None)
+        add(EVENTS, self.store.parse_eviction_event, self.store.on_eviction_event,
+            lambda raw: about_eviction(raw) and mine(_involved_uid(raw)), required=False)
+
         def on_queue(event_type: str, queue: Queue) -> None:
             self.store.on_queue_tree(event_type, queue)  # every shard rolls its pod sums up the tree
             self.store.on_queue(event_type, queue)  # rows: shard 0 only (the store knows); waiting jobs: all
@@ -90,10 +109,11 @@ class Exporter:
 
     def not_synced(self) -> list[str]:
         """Informers still waiting for their first full list. An optional kind the API server does not
-        serve (404), or that RBAC does not grant yet (403), is settled: Volcano works without it."""
+        serve (404), or that RBAC does not grant yet (403), is settled: Volcano works without it; the
+        eviction Events are never waited for (an older RBAC lacks them)."""
         settled = (inf.NOT_FOUND, inf.FORBIDDEN)
-        return [i.name for i in self.informers
-                if not i.synced.is_set() and not (i.kind.optional and i.state in settled)]
+        return [i.name for i in self.informers if not i.synced.is_set() and i not in self.optional
+                and not (i.kind.optional and i.state in settled)]
 
     def scrape_chunks(self) -> Iterator[bytes]:
         """The /metrics body in pieces, for the server to write (and gzip) as they come."""

@@ -11,7 +11,19 @@ from collections.abc import Sequence
 
 from exporter import pending, selfmetrics
 from exporter.cardinality import Options
-from exporter.families import compat, cronjob, hierarchy, hypernode, job, jobflow, pod, podgroup, queue
+from exporter.families import (
+    compat,
+    cronjob,
+    evictions,
+    hierarchy,
+    hypernode,
+    job,
+    jobflow,
+    pod,
+    podgroup,
+    queue,
+    queue_wait,
+)
 from exporter.families.base import Family
 from exporter.store import ExporterStore
 
@@ -82,10 +94,10 @@ whole families; `--metric-labels-allowlist pods=[team],jobs=[*]` adds the chosen
 # Which tables the families go into, in order; anything not listed lands in "Other" (and shows in the diff).
 GROUPS: tuple[tuple[str, tuple[Family, ...]], ...] = (
     ("Jobs and tasks", (*job.FAMILIES, *job.PENDING)),
-    ("Pods", pod.FAMILIES),
+    ("Pods", (*pod.FAMILIES, *evictions.FAMILIES)),
     ("PodGroups", podgroup.FAMILIES),
     ("Queues", (*queue.FAMILIES, *queue.COUNTED)),
-    ("Derived per queue", queue.DERIVED),
+    ("Derived per queue", (*queue.DERIVED, *queue_wait.FAMILIES)),
     ("Queue hierarchy", hierarchy.FAMILIES),
     ("CronJobs", cronjob.FAMILIES),
     ("HyperNodes", hypernode.FAMILIES),

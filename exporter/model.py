@@ -131,6 +131,7 @@ class Job:
     requests: Resources  # sum over tasks of replicas x per-replica request
     problems: tuple[str, ...] = ()
     labels: tuple[tuple[str, str], ...] = ()  # chosen by --metric-labels-allowlist (exporter/cardinality.py)
+    run_queued_time: float | None = None  # a restarted run: when it began waiting again (its Restarting)
 
     @property
     def podgroup(self) -> str:
@@ -141,16 +142,22 @@ class Job:
 RUN_RESET_PHASES = frozenset({"Pending", "Restarting"})
 
 
-def _job_times(status: Mapping[str, Any], phase: str, probs: list[str]) -> tuple[float | None, float | None, str]:
-    """Start and finish of the job's latest run, from its conditions.
+def _job_times(status: Mapping[str, Any], phase: str,
+               probs: list[str]) -> tuple[float | None, float | None, str, float | None]:
+    """Start and finish of the job's latest run, from its conditions, and when that run began waiting.
 
     Volcano's controller appends a condition on every status write (one more `Running` each time a
     pod starts or finishes), in order. The start is the *first* `Running` after the last `Pending` /
     `Restarting`: a restarted run starts again. A run that has not reached Running yet has no start
     while the job waits; a job that fails straight out of `Restarting` (retries exhausted) keeps the
-    start of the run that failed. The finish is the terminal entry."""
+    start of the run that failed. The finish is the terminal entry.
+
+    A restarted run began waiting at the first reset condition after the previous run's start (its
+    `Restarting`), returned as the fourth value; the first run waited from creation (None here)."""
     start: float | None = None
     new_run = False  # a Pending/Restarting came after `start`
+    requeued: float | None = None  # time of the first reset after `start` (the next run waits from it)
+    queued: float | None = None  # when the run that `start` belongs to began waiting (None: at creation)
     finish: float | None = None
     finish_phase = ""
     for i, raw in enumerate(arr(status, "conditions", "status.", probs)):
@@ -158,6 +165,8 @@ def _job_times(status: Mapping[str, Any], phase: str, probs: list[str]) -> tuple
         cond = item_obj(raw, path, probs)
         st = string(cond, "status", path + ".", probs)
         if st in RUN_RESET_PHASES:
+            if start is not None and not new_run:
+                requeued = timestamp(cond, "lastTransitionTime", path + ".", probs)
             new_run = True
             continue
         if st != "Running" and st not in JOB_TERMINAL_PHASES:
@@ -167,14 +176,15 @@ def _job_times(status: Mapping[str, Any], phase: str, probs: list[str]) -> tuple
             continue
         if st == "Running":
             if start is None or new_run:
+                queued = requeued if start is not None else None
                 start, new_run = ts, False
         elif finish is None or ts >= finish:
             finish, finish_phase = ts, intern(st)
     if phase and phase not in JOB_TERMINAL_PHASES:  # e.g. resumed after Aborted: not finished now
         finish, finish_phase = None, ""
         if new_run:
-            start = None  # waiting for the next run to start
-    return start, finish, finish_phase
+            start = queued = None  # waiting for the next run to start
+    return start, finish, finish_phase, queued
 
 
 def _task(raw: object, i: int, probs: list[str]) -> Task:
@@ -224,7 +234,7 @@ def parse_job(raw: object) -> Job:
     tasks = tuple(_task(t, i, probs) for i, t in enumerate(arr(spec, "tasks", "spec.", probs)))
     min_avail = opt_integer(spec, "minAvailable", "spec.", probs)
     phase = istring(state, "phase", "status.state.", probs)
-    start, finish, finish_phase = _job_times(status, phase, probs)
+    start, finish, finish_phase, queued = _job_times(status, phase, probs)
     total: dict[str, float] = {}
     for t in tasks:
         for name, v in t.requests:
@@ -257,6 +267,7 @@ def parse_job(raw: object) -> Job:
         finish_phase=finish_phase,
         requests=res_from(total),
         problems=tuple(probs),
+        run_queued_time=queued,
     )
 
 

@@ -15,6 +15,7 @@ from exporter._read import (
     shown,
     timestamp,
 )
+from exporter.eviction import pod_disruption
 from exporter.families.compat import Containers
 from exporter.podrequests import Resources, pod_resources
 
@@ -68,6 +69,8 @@ class Pod:
     # --compat-kube-state-metrics-fork. Empty otherwise.
     labels: tuple[tuple[str, str], ...] = ()
     containers: Containers | None = None
+    disruption: str = ""  # the eviction reason its status shows: preempt, reclaim, TerminationByKubelet, ...
+    disrupted_at: float | None = None  # that condition's lastTransitionTime (None: unknown, or not evicted)
 
     @property
     def is_volcano(self) -> bool:
@@ -175,11 +178,13 @@ def parse_pod(raw: object, *, statuses: bool = True) -> Pod:
             probs.append(f"metadata.labels.{TASK_INDEX_KEY}: invalid index {shown(index_text)}")
     requests, limits = pod_resources(spec, "spec.", probs)
     restarts, terms = _statuses(status, probs) if statuses else (0, ())
+    status_reason = istring(status, "reason", "status.", probs)
+    disruption, disrupted_at = pod_disruption(status, status_reason)
     return Pod(
         *meta,
         istring(spec, "nodeName", "spec.", probs),
         istring(status, "phase", "status.", probs),
-        istring(status, "reason", "status.", probs),
+        status_reason,
         istring(spec, "schedulerName", "spec.", probs),
         _label(labels, annotations, JOB_NAME_KEY, probs),
         _label(labels, annotations, TASK_SPEC_KEY, probs),
@@ -192,6 +197,8 @@ def parse_pod(raw: object, *, statuses: bool = True) -> Pod:
         terms,
         timestamp(status, "startTime", "status.", probs) if statuses else None,
         tuple(probs) if probs else (),
+        disruption=disruption,
+        disrupted_at=disrupted_at,
     )
 
 

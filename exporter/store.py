@@ -9,7 +9,9 @@ informer threads write, the HTTP thread reads.
 
 from __future__ import annotations
 
+import logging
 import threading
+import time
 import weakref
 from collections import defaultdict
 from collections.abc import Callable, Iterator
@@ -17,9 +19,11 @@ from functools import lru_cache
 from typing import Any
 
 from exporter.cardinality import ALL, DEFAULTS, FamilyFilter, ObjectCaps, Options, with_labels
+from exporter.eviction import EvictionEvent, parse_eviction_event
 from exporter.families import compat as compat_families
 from exporter.families import cronjob as cronjob_families
-from exporter.families import hierarchy
+from exporter.families import evictions as eviction_families
+from exporter.families import hierarchy, queue_wait
 from exporter.families import hypernode as hypernode_families
 from exporter.families import job as job_families
 from exporter.families import jobflow as jobflow_families
@@ -35,6 +39,8 @@ from exporter.podrequests import Resources
 from exporter.quantity import resource_label_and_unit
 from exporter.rows import Rows, Stale, gzip_member
 from exporter.waiting import WaitingJobs
+
+log = logging.getLogger(__name__)
 
 NANO = 1_000_000_000
 QueuePhase = tuple[str, str]
@@ -104,10 +110,18 @@ def _key(namespace: str, name: str) -> str:
 
 
 class ExporterStore:
-    def __init__(self, emit_queues: bool = True, options: Options = DEFAULTS) -> None:
+    def __init__(self, emit_queues: bool = True, options: Options = DEFAULTS,
+                 observe_since: float | None = None) -> None:
+        """`observe_since`: only transitions newer than this (Unix time; default now, the process start)
+        go into the histograms and counters, so that a restarted exporter never counts one twice."""
         self.lock = threading.Lock()
         self.emit_queues = emit_queues
         self.options = options
+        self.observe_since = time.time() if observe_since is None else observe_since
+        self.ledger = queue_wait.Ledger(self.observe_since)
+        self.evictions = eviction_families.Evictions(self.observe_since)
+        # The histograms' and counters' gzip member, kept until one of them changes (rarely, next to pods).
+        self._history_gzip: tuple[tuple[int, int], bytes] = ((-1, -1), b"")
         served = options.families
         self.compat = options.compat_ksm_fork and any(served.allows(f.name) for f in compat_families.FAMILIES)
         self.jobs = Rows(job_families.FAMILIES, served=served)
@@ -147,6 +161,7 @@ class ExporterStore:
             previous = self._job_state.pop(key, None)
             if previous is not None:
                 self.aggregates.add_job(*previous, -1)
+            self.ledger.on_job(event_type == DELETED, job)
             if event_type == DELETED:
                 self.waiting.on_job(key, None)
                 self.caps.forget("jobs", key)
@@ -168,33 +183,73 @@ class ExporterStore:
     def on_pod(self, event_type: str, pod: Pod) -> None:
         key = _key(pod.namespace, pod.name)
         with self.lock:
-            previous = self._pod_state.pop(key, None)
-            if event_type == DELETED:
-                self.caps.forget("pods", key)
-                if previous is not None:
-                    self._forget_pod(key, *previous)
-                self.pods.delete(key)
-                return
-            if previous is None and not self.caps.admit("pods", key, False, len(self._pod_state)):
-                return
-            if previous is not None and not pod.problems \
-                    and pod_families.exported(previous[0]) == pod_families.exported(pod):
-                self._pod_state[key] = (pod, previous[1])  # nothing exported changed: rows and sums stand
-                return
-            self.parse_problems["pods"] += len(pod.problems)
-            if previous is not None and previous[0].podgroup == pod.podgroup and previous[0].queue == pod.queue \
-                    and previous[0].job_name == pod.job_name:
-                # The usual update (status, node, labels): same attribution; move aggregates only if needed.
-                old, who = previous
-                if old.phase != pod.phase or old.requests is not pod.requests:
-                    self.aggregates.add_pod(who.queue, old.phase, old.requests, -1)
-                    self.aggregates.add_pod(who.queue, pod.phase, pod.requests, 1)
-                self._pod_state[key] = (pod, who)
-                self.pods.put(key, self._render_pod(pod, who))
-                return
+            before = self._pod_state.get(key)
+            self._apply_pod(event_type, key, pod)
+            if pod.disruption or event_type == DELETED:
+                state = self._pod_state.get(key) or before
+                self.evictions.on_pod(pod, state[1].queue if state is not None else pod.queue,
+                                      before[0] if before is not None else None, event_type == DELETED)
+
+    def parse_eviction_event(self, raw: object) -> EvictionEvent | None:
+        """The Events informer's transform: None (skipped) for a malformed one, counted and logged."""
+        event = parse_eviction_event(raw)
+        if event is None:
+            with self.lock:
+                self.parse_problems["events"] += 1
+            log.warning("malformed eviction Event skipped (%d so far)", self.parse_problems["events"])
+        return event
+
+    def on_eviction_event(self, event_type: str, event: EvictionEvent) -> None:
+        """An Event saying a pod was evicted or preempted (its expiry, DELETED, changes nothing)."""
+        if event_type == DELETED:
+            return
+        with self.lock:
+            state = self._pod_state.get(_key(event.namespace, event.pod))
+            victim = (event.namespace, event.pod, state[1].queue) \
+                if state is not None and state[0].uid == event.pod_uid else None
+            self.evictions.on_event(event, victim, self._preemptor_queue(event))
+
+    def _preemptor_queue(self, event: EvictionEvent) -> str:
+        """The queue of the pod an Event names as the preemptor, if this exporter holds it. By UID this is a
+        scan of the pods: only kube-scheduler preemptions name one, and they are rare."""
+        if event.preemptor:
+            state = self._pod_state.get(_key(event.preemptor_namespace or event.namespace, event.preemptor))
+            return state[1].queue if state is not None else ""
+        if event.preemptor_uid:
+            for pod, who in self._pod_state.values():
+                if pod.uid == event.preemptor_uid:
+                    return who.queue
+        return ""
+
+    def _apply_pod(self, event_type: str, key: str, pod: Pod) -> None:
+        """`on_pod` with the lock held: rows, attribution and the per-queue sums."""
+        previous = self._pod_state.pop(key, None)
+        if event_type == DELETED:
+            self.caps.forget("pods", key)
             if previous is not None:
                 self._forget_pod(key, *previous)
-            self._put_pod(key, pod)
+            self.pods.delete(key)
+            return
+        if previous is None and not self.caps.admit("pods", key, False, len(self._pod_state)):
+            return
+        if previous is not None and not pod.problems \
+                and pod_families.exported(previous[0]) == pod_families.exported(pod):
+            self._pod_state[key] = (pod, previous[1])  # nothing exported changed: rows and sums stand
+            return
+        self.parse_problems["pods"] += len(pod.problems)
+        if previous is not None and previous[0].podgroup == pod.podgroup and previous[0].queue == pod.queue \
+                and previous[0].job_name == pod.job_name:
+            # The usual update (status, node, labels): same attribution; move aggregates only if needed.
+            old, who = previous
+            if old.phase != pod.phase or old.requests is not pod.requests:
+                self.aggregates.add_pod(who.queue, old.phase, old.requests, -1)
+                self.aggregates.add_pod(who.queue, pod.phase, pod.requests, 1)
+            self._pod_state[key] = (pod, who)
+            self.pods.put(key, self._render_pod(pod, who))
+            return
+        if previous is not None:
+            self._forget_pod(key, *previous)
+        self._put_pod(key, pod)
 
     def on_podgroup(self, event_type: str, group: PodGroup) -> None:
         """Rows for this shard's PodGroups; see `on_podgroup_owner` for attribution."""
@@ -347,6 +402,7 @@ class ExporterStore:
             for rows in self._all_rows():
                 rows.parts(parts)
             self._derived(parts)
+            self._history(parts)
         for start in range(0, len(parts), batch):
             yield b"".join(parts[start:start + batch])
 
@@ -360,6 +416,10 @@ class ExporterStore:
             for rows in self._all_rows():
                 rows.gzip_parts(planned)
             self._derived(derived)
+            history: list[bytes] = []
+            self._history(history)
+            version = (self.ledger.version, self.evictions.version)
+            cached = self._history_gzip[1] if self._history_gzip[0] == version else None
         fresh: list[tuple[Stale, bytes]] = []
         for part in planned:
             if isinstance(part, Stale):
@@ -370,6 +430,12 @@ class ExporterStore:
                 yield part
         if derived:
             yield gzip_member(b"".join(derived))
+        if history:
+            if cached is None:
+                cached = gzip_member(b"".join(history))
+                with self.lock:
+                    self._history_gzip = (version, cached)
+            yield cached
         if fresh:
             with self.lock:
                 for stale, member in fresh:
@@ -389,9 +455,17 @@ class ExporterStore:
         hierarchy.write(parts, self._queue_parents, self._queue_allocated if self.emit_queues else None,
                         self.aggregates.pod_requests, self.options.families.allows)
 
+    def _history(self, out: list[bytes]) -> None:
+        """The histograms and the eviction counter (what this process counted), unless denied."""
+        served = self.options.families
+        self.ledger.write(out, served.allows)
+        if served.allows(eviction_families.EVICTIONS.name):
+            self.evictions.write(out)
+
     def families(self) -> tuple[Family, ...]:
         """Every family this store can serve (compatibility ones with their flag), denied ones included."""
         return (*job_families.FAMILIES, *job_families.PENDING, *podgroup_families.FAMILIES, *pod_families.FAMILIES,
                 *(compat_families.FAMILIES if self.options.compat_ksm_fork else ()),
-                *queue_families.FAMILIES, *queue_families.COUNTED, *queue_families.DERIVED, *hierarchy.FAMILIES,
+                *queue_families.FAMILIES, *queue_families.COUNTED, *queue_families.DERIVED, *queue_wait.FAMILIES,
+                *eviction_families.FAMILIES, *hierarchy.FAMILIES,
                 *(family for families, _ in OTHER_KINDS.values() for family in families))

@@ -6,7 +6,7 @@ import functools
 import logging
 
 from simulator import objects as o
-from simulator.kubelet import Kubelet
+from simulator.preempt import Preemption, priority
 from simulator.quantity import Resources
 from simulator.resources import CRONJOBS, JOBS, NODES, PODGROUPS, PODS, QUEUES
 from simulator.scenario import TaskSpec, Workload
@@ -38,7 +38,7 @@ GC_PODGROUP_DELAY = 18.0
 GC_GRACE = 0.05  # the recorded pods went within milliseconds of their deletionTimestamp
 
 
-class Controllers(Kubelet):
+class Controllers(Preemption):
     """Submission, Volcano's scheduler (enqueue + allocate), Volcano's job controller and the training
     operator, on top of the kubelet."""
 
@@ -117,7 +117,8 @@ class Controllers(Kubelet):
         room = headroom(queues, self._queue_allocated())
         nodes = sorted(self.nodes.values(), key=lambda n: n.name)
         cordoned = {n["metadata"]["name"] for n in node_objs if (n.get("spec") or {}).get("unschedulable")}
-        for run in sorted(self.runs.values(), key=lambda r: (r.created, r.name)):
+        # Volcano's priority plugin orders jobs by priority first.
+        for run in sorted(self.runs.values(), key=lambda r: (-priority(r.workload), r.created, r.name)):
             if run.finished:
                 continue
             chain = queue_chain(run.queue, queues)
@@ -129,6 +130,8 @@ class Controllers(Kubelet):
                     continue  # new pods wait for the next cycle: the job controller creates them on Inqueue
             if run.pg_phase in ("Inqueue", "Running", "Unknown"):
                 self._allocate(run, nodes, cordoned, chain, room)
+                if run.pg_unschedulable:
+                    self._preempt(run, nodes, cordoned)
         self._flush()
 
     def _enqueue(self, run: RunSim, queues: dict[str, QueueView], chain: list[str],

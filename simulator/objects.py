@@ -6,7 +6,7 @@ from __future__ import annotations
 import math
 
 from simulator.quantity import Resources, format_bytes, format_cpu, format_quantity, format_resources
-from simulator.scenario import GPU_TOLERATION, QueueSpec, TaskSpec
+from simulator.scenario import GPU_TOLERATION, PRIORITY_CLASSES, QueueSpec, TaskSpec
 from simulator.state import (
     JOB_API,
     KUBEFLOW_API,
@@ -231,7 +231,10 @@ def pod_object(pod: PodSim) -> Obj:
     spec: Obj = pod_template(task)["spec"]
     spec["containers"] = [container_spec(task, env)]
     spec |= {"schedulerName": "volcano", "serviceAccountName": "default", "terminationGracePeriodSeconds": 30,
-             "dnsPolicy": "ClusterFirst", "priority": 0, "enableServiceLinks": True}
+             "dnsPolicy": "ClusterFirst", "priority": PRIORITY_CLASSES.get(w.priority_class or "", 0),
+             "enableServiceLinks": True}
+    if w.priority_class:
+        spec["priorityClassName"] = w.priority_class
     if run.is_vcjob and w.plugins and "svc" in w.plugins:
         spec |= {"hostname": pod.name, "subdomain": run.name}
     if pod.node:
@@ -295,6 +298,9 @@ def pod_status(pod: PodSim) -> Obj:
               None if running else ("PodCompleted" if done else "ContainersNotReady")),
         _cond("PodScheduled", True, bound),
     ]
+    if pod.evicted is not None:  # Volcano's Evictor, before it deletes the pod
+        conditions.append({"type": "DisruptionTarget", "status": "True", "reason": "Evict", "message": pod.evicted[0],
+                           "lastProbeTime": None, "lastTransitionTime": rfc3339(pod.evicted[1])})
     status["conditions"] = conditions
     if pod.started_at is not None or done:
         status["podIP"] = pod_ip(pod)

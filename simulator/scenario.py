@@ -179,6 +179,9 @@ QUEUES = (
 
 HOUR = 3600.0
 
+# PriorityClass values (the simulated cluster's PriorityClasses): Volcano orders and preempts by them.
+PRIORITY_CLASSES = {"high-priority": 1000, "low-priority": 100}
+
 WORKLOADS = (
     Workload(
         "etl-daily", "team-a", "prod",
@@ -372,6 +375,28 @@ RECORDED_WORKLOADS: dict[str, tuple[tuple[QueueSpec, ...], tuple[Workload, ...]]
 }
 
 
+# `queue-wait`: jobs queueing for a capped queue, for the wait-time histograms. `batch` (2 cpu) is shared by
+# `fifo` and `hold`; `hold`'s 2-cpu job fills it first, so the 30 `fifo` jobs (1 cpu, 10-20 s) are all
+# Pending before any starts, then run two at a time: waits spread from ~30 s to ~4 min (scenario time).
+WAIT_QUEUES = (QueueSpec("batch", capability={"cpu": "2", "memory": "64Gi"}), QueueSpec("hold", parent="batch"),
+               QueueSpec("fifo", parent="batch"))
+WAIT_WORKLOADS = (
+    _job("hold", "hold", (_busybox("main", 1, cpu="2", runtime=40),), "fills `batch` while the fifo jobs queue"),
+    *(_job(f"fifo-{i:02d}", "fifo", (_busybox("main", 1, runtime=10 + (i * 7) % 11),), "waits its turn in `fifo`",
+           start_after=10, priority_class=("low-priority", "high-priority")[i % 2]) for i in range(30)),
+)
+
+# `preemption`: one 4-cpu node; a low-priority job holds it, a high-priority job of the same queue arrives
+# and Volcano's preempt action evicts two of the low-priority pods (which are replaced, and wait).
+PREEMPT_NODES = (NodeSpec("small-node-0", 4, 16, instance_type="kwok", system_reserved=False, gpu_taint=False),)
+PREEMPT_WORKLOADS = (
+    _job("batch", "shared", (_busybox("worker", 4, runtime=None),), "holds the node at low priority",
+         priority_class="low-priority"),
+    _job("urgent", "shared", (_busybox("worker", 2, runtime=20),), "preempts two batch pods",
+         priority_class="high-priority", start_after=10),
+)
+
+
 def recorded_scenario(name: str) -> Scenario:
     queues, workloads = RECORDED_WORKLOADS[name]
     return Scenario(f"recorded-{name}", f"mirror of the recording of real Volcano: {name}", ("default",),
@@ -393,5 +418,9 @@ SCENARIOS: dict[str, Scenario] = {
         "`namespaces` namespaces on ceil(pods / pods_per_node) nodes, created at setup, no churn",
         bulk=BulkSpec(),
     ),
+    "queue-wait": Scenario("queue-wait", "30 one-cpu jobs queueing behind each other in a 2-cpu queue",
+                           ("default",), KWOK_NODES, RECORDED_QUEUES + WAIT_QUEUES, WAIT_WORKLOADS),
+    "preemption": Scenario("preemption", "a high-priority job preempts a low-priority one in the same queue",
+                           ("default",), PREEMPT_NODES, (*RECORDED_QUEUES, QueueSpec("shared")), PREEMPT_WORKLOADS),
     **{f"recorded-{name}": recorded_scenario(name) for name in RECORDED_WORKLOADS},
 }

@@ -128,6 +128,7 @@ class PodSim:
     restart_count: int = 0
     last_state: Obj = field(default_factory=dict)
     deleting_at: float | None = None
+    evicted: tuple[str, float] | None = None  # the scheduler's eviction: message, when
     removed: bool = False
     unschedulable: str | None = None  # PodScheduled=False message
     unschedulable_reason: str = "Unschedulable"  # or "Schedulable": would fit once the gang does

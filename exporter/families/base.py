@@ -18,6 +18,7 @@ from exporter.quantity import resource_label_and_unit
 
 GAUGE = "gauge"
 COUNTER = "counter"
+HISTOGRAM = "histogram"  # rendered by its own module (buckets, _sum, _count), not by `Family.line`
 
 
 def escape(value: str) -> str:

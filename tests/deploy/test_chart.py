@@ -76,10 +76,11 @@ def test_rendered_objects_pass_kubernetes_validate_strict(fixture_chart: Path, v
 # ---- RBAC -----------------------------------------------------------------------------------------------
 
 READ = ("get", "list", "watch")
-EXPORTER_RULES = {("", "pods", v) for v in READ} | {("batch.volcano.sh", "jobs", v) for v in READ} | {
-    ("scheduling.volcano.sh", r, v) for r in ("podgroups", "queues") for v in READ} | {
-    (g, r, v) for g, r in (("batch.volcano.sh", "cronjobs"), ("topology.volcano.sh", "hypernodes"),
-                           ("flow.volcano.sh", "jobflows")) for v in READ}
+EXPORTER_RULES = (  # events: evictions and preemptions; the newer kinds where a release serves them
+    {("", r, v) for r in ("pods", "events") for v in READ} | {("batch.volcano.sh", "jobs", v) for v in READ}
+    | {("scheduling.volcano.sh", r, v) for r in ("podgroups", "queues") for v in READ}
+    | {(g, r, v) for g, r in (("batch.volcano.sh", "cronjobs"), ("topology.volcano.sh", "hypernodes"),
+                              ("flow.volcano.sh", "jobflows")) for v in READ})
 WATCHDOG_RULES = (
     {("", r, v) for r in ("pods", "nodes") for v in READ}
     | {("batch.volcano.sh", "jobs", v) for v in READ}

@@ -10,7 +10,7 @@ import pytest
 from exporter import selfmetrics
 from exporter.cardinality import Options
 from exporter.docs import all_families
-from exporter.families.base import COUNTER, GAUGE
+from exporter.families.base import COUNTER, GAUGE, HISTOGRAM
 from exporter.kinds import parse_cronjob, parse_hypernode, parse_jobflow
 from exporter.model import parse_job, parse_pod, parse_podgroup, parse_queue
 from exporter.store import ExporterStore
@@ -78,8 +78,10 @@ def name_problems(family: FamilyLike) -> list[str]:
     name, problems = family.name, []
     if not SNAKE.match(name) or not name.startswith("volcano_"):
         problems.append("not a snake_case name starting with volcano_")
-    if family.type not in (GAUGE, COUNTER):
-        problems.append(f"type {family.type!r} (only gauge and counter are rendered)")
+    if family.type not in (GAUGE, COUNTER, HISTOGRAM):
+        problems.append(f"type {family.type!r} (only gauge, counter and histogram are rendered)")
+    if family.type == HISTOGRAM and "le" in family.labels:
+        problems.append("a histogram with its own `le` label")
     if family.type == COUNTER and not name.endswith("_total"):
         problems.append("a counter whose name does not end in _total")
     if name.endswith("_total") and family.type != COUNTER:
@@ -209,6 +211,9 @@ def test_checker_accepts_our_names(name: str) -> None:
     (Fake("volcanoJobInfo"), "snake_case"),
     (Fake("kube_job_info"), "volcano_"),
     (Fake("volcano_job_thing_info", COUNTER), "_info family that is not a gauge"),
+    (Fake("volcano_job_wait_seconds", "summary"), "only gauge, counter and histogram"),
+    (Fake("volcano_job_wait_seconds", HISTOGRAM, labels=("queue", "le")), "its own `le` label"),
+    (Fake("volcano_queue_wait_duration", HISTOGRAM), "_seconds"),
     (Fake("volcano_job_pods_count"), "reserve"),
     (Fake("volcano_job_x", labels=("namespace", "job")), "job or instance"),
     (Fake("volcano_job_x", labels=("instance",)), "job or instance"),

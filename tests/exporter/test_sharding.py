@@ -8,6 +8,7 @@ from simulator import resources as R
 from simulator.runtime import SimulatorThread
 from tests.exporter.harness import start_exporter
 from tests.exporter.scrape import parse, select
+from tests.simtools import wait_for
 
 
 def test_fnv1a_64_matches_the_reference_vectors() -> None:
@@ -50,3 +51,24 @@ def test_namespaces_limit_namespaced_kinds(scenario_sim: SimulatorThread, tmp_pa
     assert namespaces and namespaces <= {"team-a", "team-b"}
     assert {dict(k)["namespace"] for k in select(s, "volcano_job_info")} <= {"team-a", "team-b"}
     assert select(s, "volcano_queue_info")  # cluster-scoped kinds are not limited
+
+
+def test_each_shard_observes_the_waits_of_its_own_jobs(tmp_path: Path, exporters: list[Exporter]) -> None:
+    """The wait histograms of the shards add up to the unsharded exporter's, each job observed once."""
+    # Ticked only once every exporter has started: none may miss a job that turned Running before it did.
+    with SimulatorThread(scenario="queue-wait", speed=20, auto_tick=False) as sim:
+        whole = start_exporter(sim, tmp_path / "whole")
+        shards = [start_exporter(sim, tmp_path / str(i), shard=i, total_shards=2) for i in range(2)]
+        exporters.extend([whole, *shards])
+
+        def waits(exporter: Exporter) -> float:
+            return sum(select(parse(exporter.scrape()), "volcano_queue_job_wait_duration_seconds_count",
+                              queue="fifo").values())
+
+        def all_observed() -> bool:
+            sim.tick()
+            return waits(whole) == 30
+
+        wait_for(all_observed, timeout=60, interval=0.1)
+        wait_for(lambda: sum(map(waits, shards)) == 30, timeout=5, interval=0.2)
+        assert all(0 < waits(s) < 30 for s in shards)  # split between them, not all on one

@@ -1,0 +1,114 @@
+"""`volcano_pod_evictions_total`: evicted and preempted pods per namespace, queue, reason and, where it is
+known, the preemptor's queue (volcano-sh/volcano#4040). What counts as an eviction: see exporter.eviction.
+
+Each pod counts once, by UID, whichever of its signals (its condition, its status reason, an Event) comes
+first, also across relists: a counted UID is remembered while the pod exists and for `KEEP_SECONDS`
+after (Events outlive their pod by the API server's event TTL, one hour by default). Evictions older than
+the exporter process are not counted (a restarted exporter would count them a second time): the signal's
+time must be newer, and a signal without a time (`status.reason: Evicted`) counts only when this process
+saw the pod before without it.
+
+`preemptor_queue`: Volcano's `preempt` action takes victims from the preemptor's own queue, so it is the
+pod's queue; a kube-scheduler `Preempted` Event names the preemptor pod, whose queue counts when the
+exporter knows that pod; `reclaim` (another queue took its share back) and the rest leave it empty.
+
+Events about a pod the exporter no longer holds are attributed through a short memory of deleted pods
+(`RECENT_SECONDS`): a pod deleted during a watch gap reaches the exporter only as DELETED, without the
+condition, and its Event then tells. Counter text is rendered per series on change.
+"""
+
+from __future__ import annotations
+
+import time
+from collections import deque
+from collections.abc import Callable
+
+from exporter.eviction import SAME_QUEUE_ACTIONS, EvictionEvent
+from exporter.families.base import COUNTER, Family
+from exporter.podview import Pod
+
+EVICTIONS = Family("volcano_pod_evictions_total",
+                   "Pods evicted or preempted (each pod once), by the queue of the pod, the reason (Volcano's "
+                   "action: preempt, reclaim, ...; else Kubernetes' DisruptionTarget reason) and the preemptor's "
+                   "queue where known; only evictions after this exporter process started.",
+                   ("namespace", "queue", "reason", "preemptor_queue"), type=COUNTER)
+FAMILIES = (EVICTIONS,)
+
+KEEP_SECONDS = 2 * 3600.0
+RECENT_SECONDS = 600.0
+
+Key = tuple[str, str, str, str]  # namespace, queue, reason, preemptor queue
+Where = tuple[str, str, str]  # namespace, pod name, queue
+
+
+class Evictions:
+    """The counter and what it has counted. Not locked: the store's lock guards it."""
+
+    def __init__(self, observe_since: float, clock: Callable[[], float] = time.time) -> None:
+        self.observe_since = observe_since
+        self.clock = clock
+        self.counts: dict[Key, int] = {}
+        self.text: dict[Key, bytes] = {}
+        self.version = 0  # bumped on every count (the store caches the gzip member)
+        self.counted: dict[str, float | None] = {}  # pod UID -> forget-at (None while the pod exists)
+        self._expiring: deque[tuple[float, str]] = deque()
+        self.recent: dict[str, Where] = {}  # deleted pods by UID, for Events that come after
+        self._recent_order: deque[tuple[float, str]] = deque()
+
+    def on_pod(self, pod: Pod, queue: str, previous: Pod | None, deleted: bool) -> None:
+        """A pod event (its attribution's `queue`), with the version this process held before, if any."""
+        self._prune()
+        if pod.disruption and pod.uid and pod.uid not in self.counted:
+            newer = pod.disrupted_at > self.observe_since if pod.disrupted_at is not None else (
+                previous is not None and previous.uid == pod.uid and not previous.disruption)
+            if newer:
+                preemptor = queue if pod.disruption in SAME_QUEUE_ACTIONS else ""
+                self._count(pod.uid, (pod.namespace, queue, pod.disruption, preemptor))
+        if deleted and pod.uid:
+            now = self.clock()
+            if pod.uid in self.counted:
+                self.counted[pod.uid] = now + KEEP_SECONDS
+                self._expiring.append((now + KEEP_SECONDS, pod.uid))
+            self.recent[pod.uid] = (pod.namespace, pod.name, queue)
+            self._recent_order.append((now + RECENT_SECONDS, pod.uid))
+
+    def on_event(self, event: EvictionEvent, victim: Where | None, preemptor_queue: str) -> bool:
+        """An eviction Event; `victim` is where the exporter holds the pod (None: look among the recently
+        deleted). False when the pod is unknown (not a Volcano pod, another shard's, or long gone)."""
+        self._prune()
+        if victim is None:
+            victim = self.recent.get(event.pod_uid)
+        if victim is None:
+            return False
+        if event.pod_uid in self.counted or event.at is None or event.at <= self.observe_since:
+            return True
+        namespace, _, queue = victim
+        if event.reason in SAME_QUEUE_ACTIONS:
+            preemptor_queue = queue
+        self._count(event.pod_uid, (namespace, queue, event.reason, preemptor_queue))
+        if event.pod_uid in self.recent:  # already gone: forget it in time
+            forget_at = self.clock() + KEEP_SECONDS
+            self.counted[event.pod_uid] = forget_at
+            self._expiring.append((forget_at, event.pod_uid))
+        return True
+
+    def _count(self, uid: str, key: Key) -> None:
+        self.counted[uid] = None
+        n = self.counts[key] = self.counts.get(key, 0) + 1
+        self.text[key] = EVICTIONS.line(key, n).encode()
+        self.version += 1
+
+    def _prune(self) -> None:
+        now = self.clock()
+        while self._expiring and self._expiring[0][0] <= now:
+            forget_at, uid = self._expiring.popleft()
+            if self.counted.get(uid) == forget_at:
+                del self.counted[uid]
+        while self._recent_order and self._recent_order[0][0] <= now:
+            _, uid = self._recent_order.popleft()
+            self.recent.pop(uid, None)
+
+    def write(self, out: list[bytes]) -> None:
+        if self.text:
+            out.append(EVICTIONS.header.encode())
+            out.extend(self.text[key] for key in sorted(self.text))
