@@ -154,3 +154,21 @@ def test_queue_tree_follows_parents(engine: Engine) -> None:
     assert order == ["loop", "root", "child", "grandchild"]
     assert "&nbsp;" * 6 + '<a href="/ui/queues/grandchild">' in page
     assert "cpu: 4" in page  # deserved
+
+
+def test_links_in_chat_messages_land_on_the_ui(engine: Engine) -> None:
+    """An alert's link in a message (api_url + path) is the UI page of that alert, and it renders."""
+    from watchdog.notify.describe import alert_item
+    from watchdog.notify.sample import sample_message
+
+    insert(engine, make_alert(1))
+    with Session(engine) as session:
+        row = session.scalars(select(Alert)).one()
+        url = alert_item(row, "firing", api_url="http://watchdog:9747/").url
+    assert url == f"http://watchdog:9747/ui/alerts/{row.id}"
+    client = ui(engine)
+    page = client.get(url.removeprefix("http://watchdog:9747"))
+    assert page.status_code == 200 and "summary 1" in page.text
+    overview = sample_message("r", api_url="http://watchdog:9747").links["api"]
+    assert overview == "http://watchdog:9747/ui/alerts?state=firing"
+    assert client.get(overview.removeprefix("http://watchdog:9747")).status_code == 200
