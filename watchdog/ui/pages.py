@@ -250,9 +250,8 @@ def ui_router(engine: Engine, settings: Settings, clock: Callable[[], datetime],
         if a.state != "resolved":
             forms += (f'<h2>Resolve</h2><form method="post" action="/ui/alerts/{a.id}/resolve">{token}'
                       '<button type="submit">resolve</button></form>')
-        matchers = [f'alertname="{a.kind}"'] + [f'{k}="{v}"' for k, v in (
-            ("namespace", a.namespace), ("job_name", a.job_name), ("queue", a.queue)) if v]
-        matcher_text = "\n".join(json.dumps(m)[1:-1] for m in matchers)
+        matcher_text = "\n".join(f"{k}={json.dumps(v, ensure_ascii=False)}" for k, v in (  # quoted, escaped
+            ("alertname", a.kind), ("namespace", a.namespace), ("job_name", a.job_name), ("queue", a.queue)) if v)
         forms += (f'<h2>Silence</h2><form method="post" action="/ui/silences">'
                   f'<input type="hidden" name="back" value="/ui/alerts/{a.id}">'
                   f'<textarea name="matchers" rows="4" cols="60">{esc(matcher_text)}</textarea><br>'

@@ -5,6 +5,7 @@ forms (write token) and of the pages with people's data (read token, HTTP Basic 
 from __future__ import annotations
 
 import base64
+import html
 import re
 from datetime import timedelta
 
@@ -19,6 +20,7 @@ from watchdog.api import QueueView, create_app
 from watchdog.app import Watchdog
 from watchdog.config import Settings
 from watchdog.db.models import Alert, NotificationDelivery, NotificationGroup, Silence, UsageRollup
+from watchdog.notify.routing import parse_matcher
 from watchdog.recommend import HistogramBook
 
 READ = "read-only-T0ken"
@@ -129,9 +131,18 @@ def test_silence_form_needs_the_write_token_and_valid_matchers(engine: Engine) -
     evil = client.post("/ui/silences", data={**form, "token": TOKEN, "back": "//evil.example/x"},
                        follow_redirects=False)
     assert evil.headers["location"] == "/ui/silences?note=silenced"  # no open redirect
+    insert(engine, make_alert(7, namespace='we"ird\\ns'))
     with Session(engine) as session:
-        rows = list(session.scalars(select(Silence)))
-    assert len(rows) == 2 and rows[0].matchers == ['alertname="JobFailed"', 'namespace="ml"']
+        alert_id = session.scalars(select(Alert.id)).one()
+    prefilled = html.unescape(re.search(r'<textarea name="matchers"[^>]*>(.*?)</textarea>',
+                                        client.get(f"/ui/alerts/{alert_id}").text, re.S)[1])  # type: ignore[index]
+    assert client.post("/ui/silences", data={"matchers": prefilled.replace("\n", "\r\n"), "hours": "1",
+                                             "token": TOKEN}, follow_redirects=False).status_code == 303
+    with Session(engine) as session:
+        rows = list(session.scalars(select(Silence).order_by(Silence.id)))
+    labels = {"alertname": "JobFailed", "kind": "JobFailed", "namespace": 'we"ird\\ns', "job_name": "job7", "queue": "q1"}
+    assert all(parse_matcher(m).matches(labels) for m in rows[2].matchers), rows[2].matchers
+    assert len(rows) == 3 and rows[0].matchers == ['alertname="JobFailed"', 'namespace="ml"']
     assert rows[0].ends_at - rows[0].starts_at == timedelta(hours=2)
 
 
