@@ -54,15 +54,18 @@ def seed(engine: Engine, jobs: int) -> None:
         runs.append(dict(uid=f"uid-{i}", namespace=ns, name=f"{workload}-{i}", workload=workload, queue=queue,
                          phase=("Completed", "Failed", "Running")[i % 3], created_at=created,
                          started_at=created, finished_at=created + timedelta(minutes=50) if i % 3 != 2 else None,
-                         requested_cpu_cores=8, requested_memory_bytes=32 * 2**30, cpu_core_seconds_used=1000.0 * (i % 7),
-                         cpu_core_seconds_requested=8000, memory_byte_seconds_used=2**40, memory_byte_seconds_requested=2**42,
+                         requested_cpu_cores=8, requested_memory_bytes=32 * 2**30,
+                         cpu_core_seconds_used=1000.0 * (i % 7),
+                         cpu_core_seconds_requested=8000, memory_byte_seconds_used=2**40,
+                         memory_byte_seconds_requested=2**42,
                          updated_at=created))
         if i % 4 == 0:
             state = "firing" if i % 16 == 0 else "resolved"
             alerts.append(dict(fingerprint=f"fp{i}", kind="JobFailed", severity="critical", state=state, namespace=ns,
                                queue=queue, job_name=f"{workload}-{i}", subject=f"{workload}-{i}-worker-0",
                                summary=f"job {i} failed", details={"exit_code": 1}, started_at=created,
-                               fired_at=created, resolved_at=None if state == "firing" else created + timedelta(hours=1),
+                               fired_at=created,
+                               resolved_at=None if state == "firing" else created + timedelta(hours=1),
                                last_seen_at=created, updated_at=created))
         for b in range(12):
             for container in ("main", "sidecar"):
@@ -80,8 +83,9 @@ def seed(engine: Engine, jobs: int) -> None:
             for start in range(0, len(rows), 5000):
                 session.execute(insert(model), rows[start:start + 5000])
         book.flush(session, NOW)
-        session.execute(insert(Silence), [dict(matchers=[f'namespace="ns-{i}"'], starts_at=NOW, ends_at=NOW + timedelta(1),
-                                               created_by="bench", comment="", created_at=NOW, updated_at=NOW)
+        session.execute(insert(Silence), [dict(matchers=[f'namespace="ns-{i}"'], starts_at=NOW,
+                                               ends_at=NOW + timedelta(1), created_by="bench", comment="",
+                                               created_at=NOW, updated_at=NOW)
                                           for i in range(200)])
         session.add(NotificationGroup(id=1, group_key="g", receiver="chat", route="0", labels={}, created_at=NOW,
                                       updated_at=NOW))
@@ -101,7 +105,8 @@ def measure(engine: Engine, runs: int) -> dict[str, dict[str, float]]:
                                    queues=lambda: queues))
     auth = {"Authorization": f"Bearer {TOKEN}"}
     pages = {"queues": "/", "jobs": "/ui/jobs", "jobs_filtered": "/ui/jobs?queue=q3&phase=Failed",
-             "jobs_deep_page": "/ui/jobs?offset=9000", "job": "/ui/jobs/uid-4321", "alerts_firing": "/ui/alerts?state=firing",
+             "jobs_deep_page": "/ui/jobs?offset=9000", "job": "/ui/jobs/uid-4321",
+             "alerts_firing": "/ui/alerts?state=firing",
              "alerts_all_deep": "/ui/alerts?offset=2000", "alert": "/ui/alerts/5", "silences": "/ui/silences",
              "notifications": "/ui/notifications", "capability": "/ui/queues/q1"}
     out = {}
@@ -114,7 +119,8 @@ def measure(engine: Engine, runs: int) -> dict[str, dict[str, float]]:
             get()
             times.append((time.perf_counter() - start) * 1000)
         times.sort()
-        out[name] = {"p50_ms": round(statistics.median(times), 1), "p95_ms": round(times[int(0.95 * (len(times) - 1))], 1)}
+        p95 = times[int(0.95 * (len(times) - 1))]
+        out[name] = {"p50_ms": round(statistics.median(times), 1), "p95_ms": round(p95, 1)}
     return out
 
 

@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import base64
 import binascii
-from collections.abc import Awaitable, Callable
+from collections.abc import Callable, Coroutine
 from typing import Any
 from urllib.parse import parse_qs
 
@@ -45,7 +45,7 @@ def form_of(body: bytes) -> dict[str, str]:
 class FormTokenRoute(APIRoute):
     """A UI form route: the `token` field becomes the bearer token; HTTP errors become HTML pages."""
 
-    def get_route_handler(self) -> Callable[[Request], Awaitable[Response]]:
+    def get_route_handler(self) -> Callable[[Request], Coroutine[Any, Any, Response]]:
         handle = super().get_route_handler()
 
         async def with_form_token(request: Request) -> Response:

@@ -85,7 +85,7 @@ def gib(value: float | None) -> str:
 def percent(value: float | None) -> str:
     """A ratio as a percentage with a small bar (capped at 100 % wide)."""
     if value is None or not math.isfinite(value):
-        return '<span class="muted">–</span>'
+        return '<span class="muted">&ndash;</span>'
     width = max(0, min(100, round(value * 100)))
     return f'{value * 100:.0f}% <span class="bar" style="width:{width // 2}px"></span>'
 
@@ -96,7 +96,7 @@ def amounts(values: dict[str, float]) -> str:
     for name, value in sorted(values.items()):
         shown = gib(value) if name == "memory" else cores(value)
         parts.append(f"{esc(name)}: {shown}")
-    return ", ".join(parts) or '<span class="muted">–</span>'
+    return ", ".join(parts) or '<span class="muted">&ndash;</span>'
 
 
 def chart(points: Sequence[tuple[datetime, float, float]], unit: str, title: str) -> str:

@@ -41,7 +41,7 @@ def html(title: str, body: str, note: str = "") -> HTMLResponse:
 
 
 def pager(path: str, total: int, offset: int, **params: object) -> str:
-    parts = [f'<nav class="pages">{offset + 1 if total else 0}–{min(total, offset + PAGE)} of {total} ']
+    parts = [f'<nav class="pages">{offset + 1 if total else 0}&ndash;{min(total, offset + PAGE)} of {total} ']
     if offset > 0:
         parts.append(link(qs(path, **params, offset=max(0, offset - PAGE) or None), "« newer"))
     if offset + PAGE < total:
@@ -107,7 +107,7 @@ def ui_router(engine: Engine, settings: Settings, clock: Callable[[], datetime],
 
         walk("", 0, frozenset())
         body = table(("queue", "state", "capability", "deserved", "allocated",
-                      f"used ({seconds or '–'} s bucket)", "cpu used of capability", "pending", "running",
+                      f"used ({seconds or '&ndash;'} s bucket)", "cpu used of capability", "pending", "running",
                       "firing alerts", ""), rows, frozenset({7, 8, 9}))
         total_firing = sum(firing.values())
         head = f'<p>{link(qs("/ui/alerts", state="firing"), f"{total_firing} firing alerts")}</p>'

@@ -7,6 +7,7 @@ A screenshot of each page is kept under the test's tmp dir and copied to test-ar
 from __future__ import annotations
 
 import base64
+import os
 import shutil
 import threading
 from collections.abc import Iterator
@@ -23,23 +24,29 @@ from sqlalchemy.orm import Session
 from simulator.runtime import SimulatorThread
 from tests.simtools import wait_for
 from tests.watchdog.harness import fast_settings, start_watchdog
+from tests.watchdog.test_crash import free_port
 from watchdog.api import Health, QueueView, create_app
 from watchdog.db.engine import make_engine
-from watchdog.db.models import Alert, JobRun, Silence, UsageRollup
+from watchdog.db.models import Alert, JobRun, NotificationDelivery, Silence, UsageRollup
 
 TOKEN = "ui-write-T0ken"
 READ = "ui-read-T0ken"
-CHROMIUM = "/usr/bin/chromium"
-CHROMEDRIVER = "/usr/bin/chromedriver"
+CHROMIUM = os.environ.get("VOLCANO_TEST_CHROMIUM", "/usr/bin/chromium")
+CHROMEDRIVER = os.environ.get("VOLCANO_TEST_CHROMEDRIVER", "/usr/bin/chromedriver")
 ARTIFACTS = Path(__file__).resolve().parents[3] / "test-artifacts" / "ui"
+
+
+def browser_check() -> None:
+    """One line, and a failure (never a skip), when the browser is not installed."""
+    if not (Path(CHROMIUM).exists() and Path(CHROMEDRIVER).exists()):
+        pytest.fail(f"the UI tests need {CHROMIUM} and {CHROMEDRIVER} (Debian: apt-get install chromium "
+                    "chromium-driver; deploy/tools/test-prereqs.sh installs them as root)", pytrace=False)
 
 
 def browser() -> Any:
     """Headless chromium through the system chromedriver: the Service names the driver, so Selenium
     Manager (which would download one) never runs."""
-    if not (Path(CHROMIUM).exists() and Path(CHROMEDRIVER).exists()):
-        pytest.fail(f"the UI tests need {CHROMIUM} and {CHROMEDRIVER} (Debian: apt-get install chromium "
-                    "chromium-driver; deploy/tools/test-prereqs.sh installs them as root)", pytrace=False)
+    browser_check()
     from selenium import webdriver
     from selenium.webdriver.chrome.service import Service
 
@@ -56,7 +63,10 @@ def site(tmp_path: Path) -> Iterator[tuple[str, Any, Engine]]:
     """The watchdog (SQLite) on the simulated cluster, with some history, served on a free port."""
     url = f"sqlite:///{tmp_path / 'ui.db'}"
     engine = make_engine(url)
-    settings = fast_settings(url, api_token=SecretStr(TOKEN), api_read_token=SecretStr(READ))
+    browser_check()  # before a minute of setup
+    settings = fast_settings(url, api_token=SecretStr(TOKEN), api_read_token=SecretStr(READ), notifications={
+        "receivers": [{"name": "team-chat", "webhook": {"url": f"http://127.0.0.1:{free_port()}/"}}],
+        "route": {"receiver": "team-chat", "group_wait": "0s"}})  # nobody listens: messages stay in the outbox
     with SimulatorThread(scenario="default", speed=1200, tick_interval=0.05) as sim:
         watchdog = start_watchdog(sim, engine, tmp_path, settings)
 
@@ -66,7 +76,8 @@ def site(tmp_path: Path) -> Iterator[tuple[str, Any, Engine]]:
                 used = s.execute(select(func.count()).where(JobRun.cpu_core_seconds_used > 0)).scalar_one()
                 rollups = s.execute(select(func.count(func.distinct(UsageRollup.bucket_start)))).scalar_one()
                 gang = s.execute(select(func.count()).where(Alert.kind == "GangUnschedulable")).scalar_one()
-            return firing >= 3 and used >= 3 and rollups >= 5 and gang > 0
+                told = s.execute(select(func.count()).select_from(NotificationDelivery)).scalar_one()
+            return firing >= 3 and used >= 3 and rollups >= 5 and gang > 0 and told > 0
 
         app = create_app(engine, settings, Health(ready=watchdog.ready, collectors=dict),
                          queues=lambda: [QueueView(*row) for row in watchdog.index.queue_snapshot()],
@@ -122,7 +133,7 @@ def test_every_page_renders_and_every_link_works(site: tuple[str, Any, Engine], 
              "alert": alert, "silences": base + "/ui/silences", "notifications": base + "/ui/notifications",
              "capability": queue}
     expect = {"queues": "research-nlp", "jobs": "efficiency", "job": "<polyline", "alerts": "firing",
-              "alert": "Resolve", "silences": "matchers", "notifications": "receiver", "capability": "History"}
+              "alert": "Silence", "silences": "matchers", "notifications": "team-chat", "capability": "History"}
     links: set[str] = set()
     for name, url in pages.items():
         driver.get(url)
@@ -164,7 +175,8 @@ def test_resolve_and_silence_need_the_token(site: tuple[str, Any, Engine], tmp_p
         assert s.execute(select(func.count()).select_from(Silence)).scalar_one() == 0
 
     submit("/ui/silences", TOKEN)
-    assert "Silence added." in driver.page_source and driver.current_url.endswith(f"/ui/alerts/{alert_id}?note=silenced")
+    assert "Silence added." in driver.page_source
+    assert driver.current_url.endswith(f"/ui/alerts/{alert_id}?note=silenced")
     submit(f"/ui/alerts/{alert_id}/resolve", TOKEN)
     assert "Resolved" in driver.page_source, driver.page_source[:500]
     shoot(driver, tmp_path, "resolved")

@@ -69,10 +69,10 @@ def test_jobs_filter_paginate_and_show_efficiency(engine: Engine) -> None:
                               cpu=(i, 100)) for i in range(120)])
     client = ui(engine)
     first = client.get("/ui/jobs", params={"queue": "a"}).text
-    assert "1–50 of 60" in first and "job1<" in first and "job0<" not in first
+    assert "1&ndash;50 of 60" in first and "job1<" in first and "job0<" not in first
     assert 'href="/ui/jobs?queue=a&amp;offset=50"' in first
     last = client.get("/ui/jobs", params={"queue": "a", "offset": 50}).text
-    assert "51–60 of 60" in last and "job119<" in last and "older" not in last
+    assert "51&ndash;60 of 60" in last and "job119<" in last and "older" not in last
     assert "1% <span" in first  # job1 used 1 of 100 core-seconds
 
 
@@ -140,7 +140,8 @@ def test_silence_form_needs_the_write_token_and_valid_matchers(engine: Engine) -
                                              "token": TOKEN}, follow_redirects=False).status_code == 303
     with Session(engine) as session:
         rows = list(session.scalars(select(Silence).order_by(Silence.id)))
-    labels = {"alertname": "JobFailed", "kind": "JobFailed", "namespace": 'we"ird\\ns', "job_name": "job7", "queue": "q1"}
+    labels = {"alertname": "JobFailed", "kind": "JobFailed", "namespace": 'we"ird\\ns', "job_name": "job7",
+              "queue": "q1"}
     assert all(parse_matcher(m).matches(labels) for m in rows[2].matchers), rows[2].matchers
     assert len(rows) == 3 and rows[0].matchers == ['alertname="JobFailed"', 'namespace="ml"']
     assert rows[0].ends_at - rows[0].starts_at == timedelta(hours=2)
