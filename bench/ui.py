@@ -99,7 +99,7 @@ def seed(engine: Engine, jobs: int) -> None:
 
 def measure(engine: Engine, runs: int) -> dict[str, dict[str, float]]:
     settings = Settings(api_token=SecretStr(TOKEN))
-    queues = [QueueView(f"q{i}", "root" if i else "", {"cpu": 100.0}, {"cpu": 50.0}, "Open", {"cpu": 80.0}, 2, 5)
+    queues = [QueueView(f"q{i}", "root" if i else "", {"cpu": 100.0}, {"cpu": 50.0}, "Open", {"cpu": 80.0})
               for i in range(20)]
     client = TestClient(create_app(engine, settings, Health(ready=lambda: True, collectors=dict), clock=lambda: NOW,
                                    queues=lambda: queues))

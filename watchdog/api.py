@@ -74,8 +74,6 @@ class QueueView:
     allocated: dict[str, float]
     state: str
     deserved: dict[str, float] = field(default_factory=dict)  # for the UI's queue page
-    pending: int = 0  # PodGroups, from the Queue's status
-    running: int = 0
 
 
 # ---- response models (they document the API in OpenAPI) -------------------------------------------

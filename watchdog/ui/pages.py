@@ -79,12 +79,22 @@ def ui_router(engine: Engine, settings: Settings, clock: Callable[[], datetime],
     @router.get("/", response_class=HTMLResponse)
     @router.get("/ui/queues", response_class=HTMLResponse)
     def queue_page() -> Response:
-        """The queue tree (spec.parent) with capability, deserved, allocated, use and waiting jobs."""
+        """The queue tree (spec.parent) with capability, deserved, allocated, use, and the ledger's live jobs."""
         views = {v.name: v for v in queues()}
         with session() as s:
             _, seconds, usage = wapi.queue_usage(s, clock())
             firing = dict(s.execute(select(Alert.queue, func.count()).where(Alert.state == "firing")
                                     .group_by(Alert.queue)).all())
+            # Jobs by phase from the ledger: Volcano's Queue status no longer counts them (v1.12 has
+            # allocated, reservation and state only).
+            live = s.execute(select(JobRun.queue, JobRun.phase, func.count()).where(
+                JobRun.phase.in_(("Pending", "Inqueue", "Running")), JobRun.finished_at.is_(None),
+                JobRun.deleted_at.is_(None)).group_by(JobRun.queue, JobRun.phase)).all()
+        waiting: dict[str, int] = {}
+        running: dict[str, int] = {}
+        for queue_name, phase, count in live:
+            counts = running if phase == "Running" else waiting
+            counts[queue_name] = counts.get(queue_name, 0) + count
         children: dict[str, list[str]] = {}
         for view in views.values():
             parent = view.parent if view.parent in views and view.parent != view.name else ""
@@ -100,14 +110,15 @@ def ui_router(engine: Engine, settings: Settings, clock: Callable[[], datetime],
                              amounts(v.capability), amounts(v.deserved), amounts(v.allocated),
                              (f"cpu: {cores(used.cpu_cores)}, memory: {gib(used.memory_bytes)}" if used else ""),
                              percent(_ratio(used.cpu_cores, v.capability.get("cpu", 0.0)) if used else None),
-                             esc(v.pending), esc(v.running),
+                             link(qs("/ui/jobs", queue=name, phase="Pending"), waiting.get(name, 0)),
+                             link(qs("/ui/jobs", queue=name, phase="Running"), running.get(name, 0)),
                              link(qs("/ui/alerts", state="firing", queue=name), firing.get(name, 0)),
                              link(qs("/ui/jobs", queue=name), "jobs")])
                 walk(name, depth + 1, seen | {name})
 
         walk("", 0, frozenset())
         body = table(("queue", "state", "capability", "deserved", "allocated",
-                      f"used ({seconds or '&ndash;'} s bucket)", "cpu used of capability", "pending", "running",
+                      f"used ({seconds or '&ndash;'} s bucket)", "cpu used of capability", "jobs waiting", "running",
                       "firing alerts", ""), rows, frozenset({7, 8, 9}))
         total_firing = sum(firing.values())
         head = f'<p>{link(qs("/ui/alerts", state="firing"), f"{total_firing} firing alerts")}</p>'

@@ -158,14 +158,20 @@ def test_pages_with_peoples_data_need_the_read_token(engine: Engine, path: str) 
 
 
 def test_queue_tree_follows_parents(engine: Engine) -> None:
+    insert(engine, make_run("u1", "wait-1", queue="child", phase="Pending"),
+           make_run("u2", "run-1", queue="child", phase="Running"),
+           make_run("u3", "run-2", queue="child", phase="Running"),
+           make_run("u4", "done", queue="child", phase="Running", finished=timedelta(minutes=1)))
     queues = [QueueView("root", "", {}, {}, "Open"), QueueView("child", "root", {"cpu": 8}, {"cpu": 2}, "Open",
-                                                               {"cpu": 4}, 3, 1),
+                                                               {"cpu": 4}),
               QueueView("grandchild", "child", {}, {}, "Closed"), QueueView("loop", "loop", {}, {}, "Open")]
     page = ui(engine, queues).get("/").text
     order = [m for m in re.findall(r'href="/ui/queues/([^"]+)"', page)]
     assert order == ["loop", "root", "child", "grandchild"]
     assert "&nbsp;" * 6 + '<a href="/ui/queues/grandchild">' in page
     assert "cpu: 4" in page  # deserved
+    assert '<a href="/ui/jobs?queue=child&amp;phase=Pending">1</a>' in page
+    assert '<a href="/ui/jobs?queue=child&amp;phase=Running">2</a>' in page  # the finished one is not running
 
 
 def test_links_in_chat_messages_land_on_the_ui(engine: Engine) -> None:
