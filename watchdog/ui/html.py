@@ -90,12 +90,17 @@ def percent(value: float | None) -> str:
     return f'{value * 100:.0f}% <span class="bar" style="width:{width // 2}px"></span>'
 
 
+def amount(resource: str, value: object) -> str:
+    """One amount in base units: memory in GiB, the rest (cores, devices) as numbers; stored JSON may
+    hold anything, so what is not a number is shown as it is."""
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        return esc("unlimited" if value is None else value)
+    return gib(float(value)) if resource == "memory" else cores(float(value))
+
+
 def amounts(values: dict[str, float]) -> str:
     """A queue's resource list: cpu in cores, memory in GiB, the rest as counts."""
-    parts = []
-    for name, value in sorted(values.items()):
-        shown = gib(value) if name == "memory" else cores(value)
-        parts.append(f"{esc(name)}: {shown}")
+    parts = [f"{esc(name)}: {amount(name, value)}" for name, value in sorted(values.items())]
     return ", ".join(parts) or '<span class="muted">&ndash;</span>'
 
 

@@ -27,7 +27,7 @@ from watchdog.config import Settings
 from watchdog.db.models import Alert, AlertRequest, JobRun, NotificationDelivery, Silence, UsageRollup
 from watchdog.notify.api import STATES, SilenceIn
 from watchdog.ui.forms import FormTokenRoute, error_page, form_of, refused_reader
-from watchdog.ui.html import amounts, chart, cores, esc, gib, link, page, percent, qs, table, when, yaml_patch
+from watchdog.ui.html import amount, amounts, chart, cores, esc, gib, link, page, percent, qs, table, when, yaml_patch
 
 PAGE = 50
 Text = Annotated[str, Query(max_length=253, pattern=r"^[^\x00]*$")]
@@ -142,11 +142,11 @@ def ui_router(engine: Engine, settings: Settings, clock: Callable[[], datetime],
             body += (f"<p>policy {esc(plan.policy)}, mode {esc(plan.mode)}, outcome {esc(plan.outcome)}, "
                      f"planned {when(plan.planned_at)} by {esc(plan.identity)}</p>")
             body += table(("resource", "current", "target", "planned", "allocated", "why"), [
-                [esc(r), esc(p.get("current")), esc(p.get("target")), esc(p.get("planned")), esc(p.get("allocated")),
+                [esc(r), *(amount(r, p.get(k)) for k in ("current", "target", "planned", "allocated")),
                  esc(p.get("why"))] for r, p in sorted(plan.resources.items()) if isinstance(p, dict)])
         body += "<h2>History</h2>" + table(("when", "policy", "mode", "outcome", "before", "after", "why"), [
-            [when(c.created_at), esc(c.policy), esc(c.mode), esc(c.outcome), esc(json.dumps(c.before)),
-             esc(json.dumps(c.after)), esc(json.dumps(c.why))] for c in changes]) + pager(
+            [when(c.created_at), esc(c.policy), esc(c.mode), esc(c.outcome), _amounts(c.before), _amounts(c.after),
+             "<br>".join(f"{esc(k)}: {esc(v)}" for k, v in sorted(c.why.items()))] for c in changes]) + pager(
             f"/ui/queues/{name}", total, offset)
         return html(f"Queue {name}", body)
 
@@ -349,6 +349,13 @@ def ui_router(engine: Engine, settings: Settings, clock: Callable[[], datetime],
 
     router.include_router(writes)
     return router
+
+
+def _amounts(values: Any) -> str:
+    """A stored resource map (None: no capability), shown as the queue page shows amounts."""
+    if not isinstance(values, dict):
+        return ""
+    return ", ".join(f"{esc(k)}: {amount(str(k), v)}" for k, v in sorted(values.items()))
 
 
 def _title(message: Any) -> str:

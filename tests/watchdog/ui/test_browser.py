@@ -22,12 +22,15 @@ from sqlalchemy import Engine, func, select
 from sqlalchemy.orm import Session
 
 from simulator.runtime import SimulatorThread
-from tests.simtools import wait_for
+from tests.simtools import client_for, wait_for
 from tests.watchdog.harness import fast_settings, start_watchdog
 from tests.watchdog.test_crash import free_port
 from watchdog.api import Health, QueueView, create_app
+from watchdog.capability.controller import CapabilityController
+from watchdog.capability.settings import CapabilitySettings
 from watchdog.db.engine import make_engine
-from watchdog.db.models import Alert, JobRun, NotificationDelivery, Silence, UsageRollup
+from watchdog.db.models import Alert, CapabilityChange, JobRun, NotificationDelivery, Silence, UsageRollup
+from watchdog.leader import AlwaysLeader
 
 TOKEN = "ui-write-T0ken"
 READ = "ui-read-T0ken"
@@ -69,6 +72,10 @@ def site(tmp_path: Path) -> Iterator[tuple[str, Any, Engine]]:
         "route": {"receiver": "team-chat", "group_wait": "0s"}})  # nobody listens: messages stay in the outbox
     with SimulatorThread(scenario="default", speed=1200, tick_interval=0.05) as sim:
         watchdog = start_watchdog(sim, engine, tmp_path, settings)
+        capability = CapabilityController(CapabilitySettings(  # dry-run plans for the capability page
+            enabled=True, reconcile_interval_seconds=0.5, debounce_seconds=0, cooldown_seconds=0,
+            policies={"research-nlp": {"share": {"fraction": 0.5}}}), engine, client_for(sim, tmp_path),
+            AlwaysLeader("wd-0").start(), informer_backoff=(0.02, 0.2)).start()
 
         def enough() -> bool:
             with Session(engine) as s:
@@ -77,7 +84,8 @@ def site(tmp_path: Path) -> Iterator[tuple[str, Any, Engine]]:
                 rollups = s.execute(select(func.count(func.distinct(UsageRollup.bucket_start)))).scalar_one()
                 gang = s.execute(select(func.count()).where(Alert.kind == "GangUnschedulable")).scalar_one()
                 told = s.execute(select(func.count()).select_from(NotificationDelivery)).scalar_one()
-            return firing >= 3 and used >= 3 and rollups >= 5 and gang > 0 and told > 0
+                planned = s.execute(select(func.count()).select_from(CapabilityChange)).scalar_one()
+            return firing >= 3 and used >= 3 and rollups >= 5 and gang > 0 and told > 0 and planned > 0
 
         app = create_app(engine, settings, Health(ready=watchdog.ready, collectors=dict),
                          queues=lambda: [QueueView(*row) for row in watchdog.index.queue_snapshot()],
@@ -96,6 +104,7 @@ def site(tmp_path: Path) -> Iterator[tuple[str, Any, Engine]]:
         finally:
             server.should_exit = True
             thread.join(10)
+            capability.stop()
             watchdog.stop()
             engine.dispose()
 
@@ -128,12 +137,12 @@ def test_every_page_renders_and_every_link_works(site: tuple[str, Any, Engine], 
     driver.get(base + "/ui/alerts?state=firing")
     alert = next(h for h in hrefs(driver) if "/ui/alerts/" in h)
     driver.get(base + "/")
-    queue = next(h for h in hrefs(driver) if "/ui/queues/" in h)
+    queue = next(h for h in hrefs(driver) if h.endswith("/ui/queues/research-nlp"))
     pages = {"queues": base + "/", "jobs": base + "/ui/jobs", "job": job, "alerts": base + "/ui/alerts?state=firing",
              "alert": alert, "silences": base + "/ui/silences", "notifications": base + "/ui/notifications",
              "capability": queue}
     expect = {"queues": "research-nlp", "jobs": "efficiency", "job": "<polyline", "alerts": "firing",
-              "alert": "Silence", "silences": "matchers", "notifications": "team-chat", "capability": "History"}
+              "alert": "Silence", "silences": "matchers", "notifications": "team-chat", "capability": "dry"}
     links: set[str] = set()
     for name, url in pages.items():
         driver.get(url)

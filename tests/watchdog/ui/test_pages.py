@@ -19,7 +19,15 @@ from tests.watchdog.test_api import NOW, TOKEN, health, insert, make_alert, make
 from watchdog.api import QueueView, create_app
 from watchdog.app import Watchdog
 from watchdog.config import Settings
-from watchdog.db.models import Alert, NotificationDelivery, NotificationGroup, Silence, UsageRollup
+from watchdog.db.models import (
+    Alert,
+    CapabilityChange,
+    CapabilityPlan,
+    NotificationDelivery,
+    NotificationGroup,
+    Silence,
+    UsageRollup,
+)
 from watchdog.notify.routing import parse_matcher
 from watchdog.recommend import HistogramBook
 
@@ -190,3 +198,18 @@ def test_links_in_chat_messages_land_on_the_ui(engine: Engine) -> None:
     overview = sample_message("r", api_url="http://watchdog:9747").links["api"]
     assert overview == "http://watchdog:9747/ui/alerts?state=firing"
     assert client.get(overview.removeprefix("http://watchdog:9747")).status_code == 200
+
+
+def test_capability_page_shows_plan_and_history_in_units(engine: Engine) -> None:
+    resources = {"memory": {"current": None, "target": 64 * 2**30, "planned": 32 * 2**30, "allocated": 2**30,
+                            "why": EVIL},
+                 "cpu": {"current": 8, "target": "bad", "planned": 10, "allocated": 2, "why": ""}}
+    insert(engine, CapabilityPlan(queue="q1", policy="share", mode="dry-run", outcome="dry_run", resources=resources,
+                                  inputs={}, identity="wd-0", planned_at=NOW),
+           CapabilityChange(queue="q1", policy="share", mode="dry-run", outcome="dry_run", before={"memory": None},
+                            after={"memory": 32 * 2**30}, why={"memory": EVIL}, inputs={}, created_at=NOW))
+    page = ui(engine).get("/ui/queues/q1", headers=basic(READ)).text
+    assert "<script" not in page and page.count("&lt;script&gt;") == 2
+    assert "<td>unlimited</td><td>64 GiB</td><td>32 GiB</td><td>1 GiB</td>" in page
+    assert "<td>8</td><td>bad</td><td>10</td><td>2</td>" in page  # a malformed stored amount shows, no crash
+    assert "memory: unlimited" in page and "memory: 32 GiB" in page and "1&ndash;1 of 1" in page
