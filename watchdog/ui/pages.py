@@ -151,17 +151,17 @@ def ui_router(engine: Engine, settings: Settings, clock: Callable[[], datetime],
         return html(f"Queue {name}", body)
 
     @router.get("/ui/jobs", response_class=HTMLResponse)
-    def jobs_page(queue: Text = "", namespace: Text = "", phase: Text = "", name: Text = "",
+    def jobs_page(queue: Text = "", namespace: Text = "", phase: Text = "", name: Text = "", workload: Text = "",
                   offset: Offset = 0) -> Response:
         """The ledger, newest first, with each run's efficiency (used / requested resource-seconds)."""
         where = [c == v for c, v in ((JobRun.queue, queue), (JobRun.namespace, namespace), (JobRun.phase, phase),
-                                     (JobRun.name, name)) if v]
+                                     (JobRun.name, name), (JobRun.workload, workload)) if v]
         with session() as s:
             total = s.execute(select(func.count()).select_from(JobRun).where(*where)).scalar_one()
             newest = func.coalesce(JobRun.created_at, JobRun.updated_at)
             rows = list(s.scalars(select(JobRun).where(*where).order_by(newest.desc(), JobRun.id.desc())
                                   .limit(PAGE).offset(offset)))
-        fields = (("queue", queue), ("namespace", namespace), ("phase", phase), ("name", name))
+        fields = (("queue", queue), ("namespace", namespace), ("phase", phase), ("name", name), ("workload", workload))
         form = '<form method="get" action="/ui/jobs">' + "".join(
             f'<label>{esc(k)} <input name="{esc(k)}" value="{esc(v)}" size="14"></label>' for k, v in fields
         ) + '<button type="submit">filter</button></form>'
@@ -173,7 +173,7 @@ def ui_router(engine: Engine, settings: Settings, clock: Callable[[], datetime],
              percent(_ratio(r.memory_byte_seconds_used, r.memory_byte_seconds_requested)),
              percent(_ratio(r.gpu_seconds_used, r.gpu_seconds_requested))] for r in rows], frozenset({6, 7, 8}))
         return html("Jobs", body + pager("/ui/jobs", total, offset, queue=queue, namespace=namespace, phase=phase,
-                                         name=name))
+                                         name=name, workload=workload))
 
     @router.get("/ui/jobs/{uid}", response_class=HTMLResponse)
     def job_page(uid: Annotated[str, Path(max_length=64, pattern=r"^[^\x00/]+$")]) -> Response:
@@ -196,7 +196,7 @@ def ui_router(engine: Engine, settings: Settings, clock: Callable[[], datetime],
                                                      workload=run.workload)
         facts = table(("", ""), [
             ["namespace / queue", f"{esc(run.namespace)} / {link(qs('/ui/jobs', queue=run.queue), run.queue)}"],
-            ["workload", link(qs("/ui/jobs", namespace=run.namespace), run.workload)],
+            ["workload (its runs)", link(qs("/ui/jobs", namespace=run.namespace, workload=run.workload), run.workload)],
             ["phase", f"{esc(run.phase)} {esc(run.reason)} {esc(run.message)}"],
             ["created / started / finished", f"{when(run.created_at)} / {when(run.started_at)} / "
                                              f"{when(run.finished_at)}"],

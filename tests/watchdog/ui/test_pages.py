@@ -82,6 +82,8 @@ def test_jobs_filter_paginate_and_show_efficiency(engine: Engine) -> None:
     last = client.get("/ui/jobs", params={"queue": "a", "offset": 50}).text
     assert "51&ndash;60 of 60" in last and "job119<" in last and "older" not in last
     assert "1% <span" in first  # job1 used 1 of 100 core-seconds
+    one = client.get("/ui/jobs", params={"workload": "job7"}).text
+    assert "1&ndash;1 of 1" in one and 'value="job7"' in one
 
 
 def test_job_page_has_chart_alerts_and_yaml(engine: Engine) -> None:
