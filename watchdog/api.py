@@ -17,7 +17,7 @@ import hmac
 import logging
 import time
 from collections.abc import Callable, Iterator, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from typing import Annotated, Any, Literal
 
@@ -37,6 +37,7 @@ from watchdog.metrics import CONTENT_TYPE, RecommendationCache, render_metrics
 from watchdog.notify.api import add_notification_routes
 from watchdog.notify.outbox import Outbox
 from watchdog.report.api import report_router
+from watchdog.ui import ui_router
 
 log = logging.getLogger(__name__)
 
@@ -73,6 +74,7 @@ class QueueView:
     capability: dict[str, float]
     allocated: dict[str, float]
     state: str
+    deserved: dict[str, float] = field(default_factory=dict)  # for the UI's queue page
 
 
 # ---- response models (they document the API in OpenAPI) -------------------------------------------
@@ -465,6 +467,7 @@ def create_app(engine: Engine, settings: Settings, health: Health, clock: Callab
     app.include_router(report_router(clock))
     for router in routers:
         app.include_router(router)
+    app.include_router(ui_router(engine, settings, clock, queues, require_token, request_made, request_wait_seconds))
     app.include_router(writes)
     check_writes_guarded(app, require_token)
     return app

@@ -140,10 +140,10 @@ class ClusterIndex:
         with self.lock:
             return set(self.job_uids.values()) | {g.uid for g in self.groups.values()}
 
-    def queue_snapshot(self) -> list[tuple[str, str, dict[str, float], dict[str, float], str]]:
-        """(name, parent, capability, allocated, state) per queue."""
+    def queue_snapshot(self) -> list[tuple[str, str, dict[str, float], dict[str, float], str, dict[str, float]]]:
+        """(name, parent, capability, allocated, state, deserved) per queue, in `QueueView`'s order."""
         with self.lock:
-            return [(q.name, q.parent, res_dict(q.capability), res_dict(q.allocated), q.state)
+            return [(q.name, q.parent, res_dict(q.capability), res_dict(q.allocated), q.state, res_dict(q.deserved))
                     for q in sorted(self.queues.values(), key=lambda q: q.name)]
 
     def why(self, uid: str) -> WhyPending | None:

@@ -404,12 +404,16 @@ def _recommendation(key: Key, entry: _Entry, est: Estimate) -> Recommendation:
 
 
 def compute_recommendations(session: Session, settings: Recommendations, now: datetime, namespace: str | None = None,
-                            *, samples_per_day: float = SAMPLES_PER_DAY) -> list[Recommendation]:
-    """Recommendations for every stored workload x task x container (of one namespace), sorted by key.
-    Rows whose histograms are both empty (or unreadable) are left out."""
+                            *, samples_per_day: float = SAMPLES_PER_DAY,
+                            workload: str | None = None) -> list[Recommendation]:
+    """Recommendations for every stored workload x task x container (of one namespace, of one workload:
+    the UI's job page reads one), sorted by key. Rows whose histograms are both empty (or unreadable)
+    are left out."""
     query = select(*_COLUMNS).order_by(*_COLUMNS[:4])
     if namespace is not None:
         query = query.where(WorkloadHistogram.namespace == namespace)
+    if workload is not None:
+        query = query.where(WorkloadHistogram.workload == workload)
     half_life = settings.half_life_hours * 3600.0
     now_ts = now.timestamp()
     skipped: Counter[str] = Counter()

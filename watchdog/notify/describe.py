@@ -76,5 +76,5 @@ def alert_item(row: Alert, status: str, *, api_url: str | None = None, recommend
         recommendation=_recommendations(row, details, recommender, workload_of),
         started_at=rfc3339(row.fired_at or row.started_at), resolved_at=rfc3339(row.resolved_at),
         source="watchdog", fingerprint=row.fingerprint,
-        url=f"{api_url.rstrip('/')}/api/v1/alerts/{row.id}" if api_url else "",
+        url=f"{api_url.rstrip('/')}/ui/alerts/{row.id}" if api_url else "",  # the UI's page of it
     )

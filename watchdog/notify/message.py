@@ -38,7 +38,7 @@ class AlertItem:
     resolved_at: str = ""
     source: str = "watchdog"
     fingerprint: str = ""
-    url: str = ""  # the alert in the watchdog API (or the Alertmanager generator URL)
+    url: str = ""  # the alert's page in the watchdog UI (or the Alertmanager generator URL)
     labels: dict[str, str] = field(default_factory=dict)
 
     @classmethod

@@ -267,7 +267,7 @@ class Outbox:
         items = tuple(alerts)
         links: dict[str, str] = {}
         if self.settings.api_url:
-            links["api"] = self.settings.api_url.rstrip("/") + "/api/v1/alerts?state=firing"
+            links["api"] = self.settings.api_url.rstrip("/") + "/ui/alerts?state=firing"
         if self.grafana_url:
             links["grafana"] = self._grafana_link(items)
         return Message(receiver=group.receiver, group_key=group.group_key,

@@ -21,6 +21,6 @@ def sample_message(receiver: str, grafana_url: str | None = None, api_url: str |
     if grafana_url:
         links["grafana"] = grafana_url.rstrip("/") + "/d/volcano-overview"
     if api_url:
-        links["api"] = api_url.rstrip("/") + "/api/v1/alerts?state=firing"
+        links["api"] = api_url.rstrip("/") + "/ui/alerts?state=firing"
     return Message(receiver=receiver, group_key="notify-test", group_labels={"alertname": "JobFailed", "queue": "prod"},
                    status="firing", alerts=(alert,), links=links)

@@ -173,7 +173,8 @@ class Notifications(_Section):
     route: Route = Field(default_factory=Route, description="Root of the route tree.")
     owners: Owners = Owners()
     delivery: Delivery = Delivery()
-    api_url: str | None = Field(default=None, description="External URL of the watchdog API, for links in messages.")
+    api_url: str | None = Field(default=None,
+                                description="External URL of the watchdog, for links in messages (its UI pages).")
     retention_days: float = Field(default=30, gt=0, description="Delivered / dead messages are kept this long.")
 
     @model_validator(mode="after")

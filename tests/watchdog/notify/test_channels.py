@@ -138,7 +138,7 @@ def test_slack(inbox: ChatInbox, client: httpx.Client) -> None:
     assert "Resolved 2024-05-01 12:30:00 UTC" in third
     context = [e["text"] for b in blocks if b["type"] == "context" for e in b["elements"]]
     assert "<https://grafana.example/d/volcano?var-queue=gpu-a100|Grafana>" in context[-1]
-    assert "<https://watchdog.example/api/v1/alerts?queue=gpu-a100|Watchdog API>" in context[-1]
+    assert "<https://watchdog.example/api/v1/alerts?queue=gpu-a100|Watchdog>" in context[-1]
 
 
 def feishu_sign(timestamp: str, secret: str) -> str:
@@ -170,7 +170,7 @@ def test_feishu_card_and_signature(inbox: ChatInbox, client: httpx.Client) -> No
     buttons = [b for e in card["elements"] if e["tag"] == "action" for b in e["actions"]]
     assert [(b["text"]["content"], b["url"]) for b in buttons] == [
         ("Grafana", "https://grafana.example/d/volcano?var-queue=gpu-a100"),
-        ("Watchdog API", "https://watchdog.example/api/v1/alerts?queue=gpu-a100")]
+        ("Watchdog", "https://watchdog.example/api/v1/alerts?queue=gpu-a100")]
 
 
 @pytest.mark.parametrize(("severity", "template"), [("warning", "orange"), ("info", "blue"), (None, "green")])
@@ -232,7 +232,7 @@ def test_teams_adaptive_card(inbox: ChatInbox, client: httpx.Client) -> None:
     assert facts["Namespace"] == "ml-team" and facts["Queue"] == "gpu-a100" and facts["Job"] == "train-1"
     assert "OOMKilled, exit 137" in facts["Reasons"] and facts["Started"] == "2024-05-01 12:00:00 UTC"
     assert [(a["type"], a["title"]) for a in card["actions"]] == [("Action.OpenUrl", "Grafana"),
-                                                                  ("Action.OpenUrl", "Watchdog API")]
+                                                                  ("Action.OpenUrl", "Watchdog")]
 
 
 def test_generic_webhook_schema(inbox: ChatInbox, client: httpx.Client) -> None:

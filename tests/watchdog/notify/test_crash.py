@@ -38,7 +38,8 @@ def test_kill_9_between_send_and_mark_posts_nothing_twice(database_url: str, tmp
     inbox = ChatInbox(on_message=kill_on_first).start()
     config = tmp_path / "watchdog.yaml"
     config.write_text(yaml.safe_dump({
-        "detectors": FAST_DETECTORS, "sources": {"metrics_api": {"interval_seconds": 0.5}},
+        "detectors": {**FAST_DETECTORS, "idle_window_seconds": 600},  # 5-minute rollups
+        "sources": {"metrics_api": {"interval_seconds": 0.5}},
         "notifications": {
             "receivers": [{"name": "inbox", "webhook": {"url": f"{inbox.url}/webhook/volcano"}}],
             # one group per alert kind and job; repeat_interval is the dedup window

@@ -128,7 +128,7 @@ def view(alert: AlertItem) -> AlertView:
 
 def message_links(message: Message) -> list[tuple[str, str]]:
     """(label, url) of the message's Grafana and watchdog API links, in that order, when set."""
-    labels = {"grafana": "Grafana", "api": "Watchdog API"}
+    labels = {"grafana": "Grafana", "api": "Watchdog"}
     links = [(labels[k], safe_url(message.links[k])) for k in labels if message.links.get(k)]
     return [(label, url) for label, url in links if url]
 

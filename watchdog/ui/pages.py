@@ -1,0 +1,368 @@
+"""The watchdog's web UI: server-rendered pages at `/` and `/ui/...`, readable without JavaScript.
+
+What Goldilocks and krr show for Deployments (current vs recommended requests, the YAML to apply) done
+for batch jobs: a run's efficiency over its whole life, its usage against its request over time, the
+alerts it raised, and the resources to put in its Volcano Job for the next run. Every list is paginated
+and every query uses an index (the ledger, alerts and rollups can hold many thousand rows).
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from collections.abc import Callable
+from datetime import datetime, timedelta
+from typing import Annotated, Any
+
+from fastapi import APIRouter, Depends, HTTPException, Path, Query, Request
+from fastapi.responses import HTMLResponse, RedirectResponse, Response
+from pydantic import ValidationError
+from sqlalchemy import Engine, func, select
+from sqlalchemy.orm import Session
+
+from watchdog import api as wapi
+from watchdog import recommend
+from watchdog.capability import store
+from watchdog.config import Settings
+from watchdog.db.models import Alert, AlertRequest, JobRun, NotificationDelivery, Silence, UsageRollup
+from watchdog.notify.api import STATES, SilenceIn
+from watchdog.ui.forms import FormTokenRoute, error_page, form_of, refused_reader
+from watchdog.ui.html import amount, amounts, chart, cores, esc, gib, link, page, percent, qs, table, when, yaml_patch
+
+PAGE = 50
+Text = Annotated[str, Query(max_length=253, pattern=r"^[^\x00]*$")]
+Offset = Annotated[int, Query(ge=0, le=10**9)]
+NOTES = {"resolved": "Resolved: one 'resolved' message goes out.", "silenced": "Silence added.",
+         "stored": "Stored; the leader carries it out shortly."}
+
+
+def html(title: str, body: str, note: str = "") -> HTMLResponse:
+    return HTMLResponse(page(title, body, NOTES.get(note, "")))
+
+
+def pager(path: str, total: int, offset: int, **params: object) -> str:
+    parts = [f'<nav class="pages">{offset + 1 if total else 0}&ndash;{min(total, offset + PAGE)} of {total} ']
+    if offset > 0:
+        parts.append(link(qs(path, **params, offset=max(0, offset - PAGE) or None), "« newer"))
+    if offset + PAGE < total:
+        parts.append(link(qs(path, **params, offset=offset + PAGE), "older »"))
+    return "".join(parts) + "</nav>"
+
+
+def _ratio(used: float, requested: float) -> float | None:
+    return used / requested if requested > 0 else None
+
+
+def alert_rows(rows: list[Alert]) -> list[list[str]]:
+    return [[link(esc(f"/ui/alerts/{a.id}"), a.id), f'<span class="{esc(a.state)}">{esc(a.state)}</span>',
+             f'<span class="{esc(a.severity)}">{esc(a.severity)}</span>', esc(a.kind),
+             link(qs("/ui/jobs", namespace=a.namespace, name=a.job_name), f"{a.namespace}/{a.job_name}")
+             if a.job_name else esc(a.namespace), link(qs("/ui/jobs", queue=a.queue), a.queue) if a.queue else "",
+             esc(a.summary), when(a.fired_at or a.started_at), when(a.resolved_at)] for a in rows]
+
+
+ALERT_HEADERS = ("#", "state", "severity", "kind", "job", "queue", "summary", "since", "resolved")
+
+
+def ui_router(engine: Engine, settings: Settings, clock: Callable[[], datetime],
+              queues: Callable[[], list[wapi.QueueView]], require_token: Callable[..., None],
+              request_made: Callable[[], None] = lambda: None, wait_seconds: float = 5.0) -> APIRouter:
+    """The UI's routes. `require_token`: the API's write guard (the very function, so the app's check
+    finds it on every POST); `request_made`, `wait_seconds`: as for the API's resolve."""
+    router = APIRouter(include_in_schema=False)
+    writes = APIRouter(include_in_schema=False, route_class=FormTokenRoute, dependencies=[Depends(require_token)])
+    reader = wapi.token_guard(settings, reading=True)
+
+    def session() -> Session:
+        return Session(engine)
+
+    @router.get("/", response_class=HTMLResponse)
+    @router.get("/ui/queues", response_class=HTMLResponse)
+    def queue_page() -> Response:
+        """The queue tree (spec.parent) with capability, deserved, allocated, use, and the ledger's live jobs."""
+        views = {v.name: v for v in queues()}
+        with session() as s:
+            _, seconds, usage = wapi.queue_usage(s, clock())
+            firing = dict(s.execute(select(Alert.queue, func.count()).where(Alert.state == "firing")
+                                    .group_by(Alert.queue)).all())
+            # Jobs by phase from the ledger: Volcano's Queue status no longer counts them (v1.12 has
+            # allocated, reservation and state only).
+            live = s.execute(select(JobRun.queue, JobRun.phase, func.count()).where(
+                JobRun.phase.in_(("Pending", "Inqueue", "Running")), JobRun.finished_at.is_(None),
+                JobRun.deleted_at.is_(None)).group_by(JobRun.queue, JobRun.phase)).all()
+        waiting: dict[str, int] = {}
+        running: dict[str, int] = {}
+        for queue_name, phase, count in live:
+            counts = running if phase == "Running" else waiting
+            counts[queue_name] = counts.get(queue_name, 0) + count
+        children: dict[str, list[str]] = {}
+        for view in views.values():
+            parent = view.parent if view.parent in views and view.parent != view.name else ""
+            children.setdefault(parent, []).append(view.name)
+        rows: list[list[str]] = []
+
+        def walk(parent: str, depth: int, seen: frozenset[str]) -> None:
+            for name in sorted(children.get(parent, ())):
+                if name in seen:
+                    continue
+                v, used = views[name], usage.get(name)
+                rows.append(["&nbsp;&nbsp;&nbsp;" * depth + link(esc(f"/ui/queues/{name}"), name), esc(v.state),
+                             amounts(v.capability), amounts(v.deserved), amounts(v.allocated),
+                             (f"cpu: {cores(used.cpu_cores)}, memory: {gib(used.memory_bytes)}" if used else ""),
+                             percent(_ratio(used.cpu_cores, v.capability.get("cpu", 0.0)) if used else None),
+                             link(qs("/ui/jobs", queue=name, phase="Pending"), waiting.get(name, 0)),
+                             link(qs("/ui/jobs", queue=name, phase="Running"), running.get(name, 0)),
+                             link(qs("/ui/alerts", state="firing", queue=name), firing.get(name, 0)),
+                             link(qs("/ui/jobs", queue=name), "jobs")])
+                walk(name, depth + 1, seen | {name})
+
+        walk("", 0, frozenset())
+        body = table(("queue", "state", "capability", "deserved", "allocated",
+                      f"used ({seconds or '&ndash;'} s bucket)", "cpu used of capability", "jobs waiting", "running",
+                      "firing alerts", ""), rows, frozenset({7, 8, 9}))
+        total_firing = sum(firing.values())
+        head = f'<p>{link(qs("/ui/alerts", state="firing"), f"{total_firing} firing alerts")}</p>'
+        return html("Queues", head + body)
+
+    @router.get("/ui/queues/{name}", response_class=HTMLResponse)
+    def capability_page(request: Request, name: Annotated[str, Path(max_length=253, pattern=r"^[^\x00/]+$")],
+                        offset: Offset = 0) -> Response:
+        """The capability policy's latest plan for the queue and its change history (read token)."""
+        if (refused := refused_reader(request, reader)) is not None:
+            return refused
+        with session() as s:
+            plan = store.get_plan(s, name)
+            total, changes = store.history(s, name, PAGE, offset)
+        if plan is None and total == 0 and name not in {v.name for v in queues()}:
+            return error_page(404, "no such queue")
+        body = "<h2>Plan</h2>"
+        if plan is None:
+            body += '<p class="muted">no capability plan (the capability policy is off or has not run)</p>'
+        else:
+            body += (f"<p>policy {esc(plan.policy)}, mode {esc(plan.mode)}, outcome {esc(plan.outcome)}, "
+                     f"planned {when(plan.planned_at)} by {esc(plan.identity)}</p>")
+            body += table(("resource", "current", "target", "planned", "allocated", "why"), [
+                [esc(r), *(amount(r, p.get(k)) for k in ("current", "target", "planned", "allocated")),
+                 esc(p.get("why"))] for r, p in sorted(plan.resources.items()) if isinstance(p, dict)])
+        body += "<h2>History</h2>" + table(("when", "policy", "mode", "outcome", "before", "after", "why"), [
+            [when(c.created_at), esc(c.policy), esc(c.mode), esc(c.outcome), _amounts(c.before), _amounts(c.after),
+             "<br>".join(f"{esc(k)}: {esc(v)}" for k, v in sorted(c.why.items()))] for c in changes]) + pager(
+            f"/ui/queues/{name}", total, offset)
+        return html(f"Queue {name}", body)
+
+    @router.get("/ui/jobs", response_class=HTMLResponse)
+    def jobs_page(queue: Text = "", namespace: Text = "", phase: Text = "", name: Text = "", workload: Text = "",
+                  offset: Offset = 0) -> Response:
+        """The ledger, newest first, with each run's efficiency (used / requested resource-seconds)."""
+        where = [c == v for c, v in ((JobRun.queue, queue), (JobRun.namespace, namespace), (JobRun.phase, phase),
+                                     (JobRun.name, name), (JobRun.workload, workload)) if v]
+        with session() as s:
+            total = s.execute(select(func.count()).select_from(JobRun).where(*where)).scalar_one()
+            newest = func.coalesce(JobRun.created_at, JobRun.updated_at)
+            rows = list(s.scalars(select(JobRun).where(*where).order_by(newest.desc(), JobRun.id.desc())
+                                  .limit(PAGE).offset(offset)))
+        fields = (("queue", queue), ("namespace", namespace), ("phase", phase), ("name", name), ("workload", workload))
+        form = '<form method="get" action="/ui/jobs">' + "".join(
+            f'<label>{esc(k)} <input name="{esc(k)}" value="{esc(v)}" size="14"></label>' for k, v in fields
+        ) + '<button type="submit">filter</button></form>'
+        body = form + table(("job", "namespace", "queue", "phase", "created", "finished", "cpu", "memory", "gpus",
+                             "cpu efficiency", "memory efficiency", "gpu efficiency"), [
+            [link(esc(f"/ui/jobs/{r.uid}"), r.name), esc(r.namespace), esc(r.queue), esc(r.phase),
+             when(r.created_at), when(r.finished_at), cores(r.requested_cpu_cores), gib(r.requested_memory_bytes),
+             cores(r.requested_gpus), percent(_ratio(r.cpu_core_seconds_used, r.cpu_core_seconds_requested)),
+             percent(_ratio(r.memory_byte_seconds_used, r.memory_byte_seconds_requested)),
+             percent(_ratio(r.gpu_seconds_used, r.gpu_seconds_requested))] for r in rows], frozenset({6, 7, 8}))
+        return html("Jobs", body + pager("/ui/jobs", total, offset, queue=queue, namespace=namespace, phase=phase,
+                                         name=name, workload=workload))
+
+    @router.get("/ui/jobs/{uid}", response_class=HTMLResponse)
+    def job_page(uid: Annotated[str, Path(max_length=64, pattern=r"^[^\x00/]+$")]) -> Response:
+        """One run: its numbers, its alerts, usage vs request over time, the resources to use next time."""
+        with session() as s:
+            run = s.scalars(select(JobRun).where(JobRun.uid == uid)).first()
+            if run is None:
+                return error_page(404, "no such job run")
+            alerts = list(s.scalars(select(Alert).where(Alert.namespace == run.namespace,
+                                                        Alert.job_name == run.name)
+                                    .order_by(Alert.started_at.desc()).limit(PAGE)))
+            r = UsageRollup
+            points = s.execute(select(r.bucket_start, func.sum(r.cpu_cores_sum / func.nullif(r.samples, 0)),
+                                      func.sum(r.cpu_request_cores),
+                                      func.sum(r.memory_bytes_sum / func.nullif(r.samples, 0)),
+                                      func.sum(r.memory_request_bytes))
+                               .where(r.job_uid == uid).group_by(r.bucket_start).order_by(r.bucket_start)
+                               .limit(2000)).all()
+            recs = recommend.compute_recommendations(s, settings.recommendations, clock(), run.namespace,
+                                                     workload=run.workload)
+        facts = table(("", ""), [
+            ["namespace / queue", f"{esc(run.namespace)} / {link(qs('/ui/jobs', queue=run.queue), run.queue)}"],
+            ["workload (its runs)", link(qs("/ui/jobs", namespace=run.namespace, workload=run.workload), run.workload)],
+            ["phase", f"{esc(run.phase)} {esc(run.reason)} {esc(run.message)}"],
+            ["created / started / finished", f"{when(run.created_at)} / {when(run.started_at)} / "
+                                             f"{when(run.finished_at)}"],
+            ["requested", f"cpu {cores(run.requested_cpu_cores)}, memory {gib(run.requested_memory_bytes)}, "
+                          f"gpus {cores(run.requested_gpus)}"],
+            ["efficiency (used / requested)",
+             f"cpu {percent(_ratio(run.cpu_core_seconds_used, run.cpu_core_seconds_requested))} · memory "
+             f"{percent(_ratio(run.memory_byte_seconds_used, run.memory_byte_seconds_requested))} · gpu "
+             f"{percent(_ratio(run.gpu_seconds_used, run.gpu_seconds_requested))}"],
+            ["pods pending / running / succeeded / failed",
+             esc(f"{run.pods_pending} / {run.pods_running} / {run.pods_succeeded} / {run.pods_failed}")],
+            ["retries", esc(run.retry_count)], ["uid", esc(run.uid)]])
+        cpu = [(t, u or 0.0, q or 0.0) for t, u, q, _, _ in points]
+        mem = [(t, (u or 0.0) / 2**30, (q or 0.0) / 2**30) for t, _, _, u, q in points]
+        body = (facts + "<h2>Usage vs request</h2>" + chart(cpu, "cores", "CPU") + chart(mem, "GiB", "Memory")
+                + "<h2>Recommendation</h2>")
+        if recs:
+            body += table(("task", "container", "cpu", "memory", "memory limit", "confidence", "samples"), [
+                [esc(x.task), esc(x.container), esc(recommend.format_cpu(x.cpu_target_cores)),
+                 esc(recommend.format_memory(x.memory_target_bytes)),
+                 esc(recommend.format_memory(x.memory_upper_bytes)), esc(f"{x.confidence:.2f}"), esc(x.samples)]
+                for x in recs])
+            body += f"<pre>{esc(yaml_patch(run.name, run.namespace, recs))}</pre>"
+        else:
+            body += f'<p class="muted">no usage history of workload {esc(run.workload)} yet</p>'
+        body += "<h2>Alerts</h2>" + table(ALERT_HEADERS, alert_rows(alerts))
+        return html(f"Job {run.namespace}/{run.name}", body)
+
+    @router.get("/ui/alerts", response_class=HTMLResponse)
+    def alerts_page(state: Text = "", kind: Text = "", namespace: Text = "", queue: Text = "",
+                    offset: Offset = 0) -> Response:
+        """Alerts, newest first; `state` empty: all of them."""
+        where = [c == v for c, v in ((Alert.state, state), (Alert.kind, kind), (Alert.namespace, namespace),
+                                     (Alert.queue, queue)) if v]
+        with session() as s:
+            total = s.execute(select(func.count()).select_from(Alert).where(*where)).scalar_one()
+            rows = list(s.scalars(select(Alert).where(*where).order_by(Alert.started_at.desc(), Alert.id.desc())
+                                  .limit(PAGE).offset(offset)))
+        tabs = " · ".join(link(qs("/ui/alerts", state=st, kind=kind, namespace=namespace, queue=queue), st or "all")
+                          for st in ("firing", "pending", "resolved", ""))
+        return html("Alerts", f"<p>{tabs}</p>" + table(ALERT_HEADERS, alert_rows(rows)) + pager(
+            "/ui/alerts", total, offset, state=state, kind=kind, namespace=namespace, queue=queue))
+
+    @router.get("/ui/alerts/{alert_id}", response_class=HTMLResponse)
+    def alert_page(alert_id: wapi.AlertId, note: Text = "") -> Response:
+        """One alert, its job, and the resolve and silence forms (they need the api_token)."""
+        with session() as s:
+            a = s.get(Alert, alert_id)
+            if a is None:
+                return error_page(404, "no such alert")
+            run = s.scalars(select(JobRun).where(JobRun.namespace == a.namespace, JobRun.name == a.job_name)
+                            .order_by(JobRun.id.desc()).limit(1)).first() if a.job_name else None
+        facts = table(("", ""), [
+            ["state", f'<span class="{esc(a.state)}">{esc(a.state)}</span>'], ["kind", esc(a.kind)],
+            ["severity", esc(a.severity)], ["summary", esc(a.summary)],
+            ["job", link(esc(f"/ui/jobs/{run.uid}"), f"{a.namespace}/{a.job_name}") if run else esc(a.job_name)],
+            ["queue", link(qs("/ui/jobs", queue=a.queue), a.queue) if a.queue else ""], ["subject", esc(a.subject)],
+            ["started / fired / resolved", f"{when(a.started_at)} / {when(a.fired_at)} / {when(a.resolved_at)}"],
+            ["details", f"<pre>{esc(json.dumps(a.details, indent=1, default=str))}</pre>"]])
+        token = '<input type="password" name="token" placeholder="api_token" autocomplete="off" required>'
+        forms = ""
+        if a.state != "resolved":
+            forms += (f'<h2>Resolve</h2><form method="post" action="/ui/alerts/{a.id}/resolve">{token}'
+                      '<button type="submit">resolve</button></form>')
+        matcher_text = "\n".join(f"{k}={json.dumps(v, ensure_ascii=False)}" for k, v in (  # quoted, escaped
+            ("alertname", a.kind), ("namespace", a.namespace), ("job_name", a.job_name), ("queue", a.queue)) if v)
+        forms += (f'<h2>Silence</h2><form method="post" action="/ui/silences">'
+                  f'<input type="hidden" name="back" value="/ui/alerts/{a.id}">'
+                  f'<textarea name="matchers" rows="4" cols="60">{esc(matcher_text)}</textarea><br>'
+                  '<label>hours <input name="hours" value="4" size="4"></label> '
+                  '<label>by <input name="created_by" size="16"></label> '
+                  f'<label>comment <input name="comment" size="30"></label><br>{token}'
+                  '<button type="submit">silence</button></form>')
+        return html(f"Alert {a.id}: {a.kind}", facts + forms, note)
+
+    @writes.post("/ui/alerts/{alert_id}/resolve")
+    def resolve(alert_id: wapi.AlertId) -> Response:
+        """The API's resolve: a request the leader's worker carries out; waits a little for it."""
+        with Session(engine) as s, s.begin():
+            row = s.get(Alert, alert_id)
+            if row is None:
+                raise HTTPException(404, "no such alert")
+            if row.state == "resolved":
+                raise HTTPException(409, "alert is already resolved")
+            request = AlertRequest(alert_id=alert_id, action="resolve", requested_at=clock(), outcome="")
+            s.add(request)
+            s.flush()
+            request_id = request.id
+        request_made()
+        deadline, note = time.monotonic() + wait_seconds, "stored"
+        while time.monotonic() < deadline:
+            with Session(engine) as s:
+                done = s.get(AlertRequest, request_id)
+                if done is not None and done.done_at is not None:
+                    note = "resolved"
+                    break
+            time.sleep(0.05)
+        return RedirectResponse(f"/ui/alerts/{alert_id}?note={note}", status_code=303)
+
+    @writes.post("/ui/silences")
+    async def add_silence(request: Request) -> Response:
+        """The API's silence (matchers one per line, a duration in hours); back to the page it came from."""
+        form = form_of(await request.body())
+        try:
+            hours = float(form.get("hours", "") or "nan")
+            if not 0 < hours <= 24 * 365:
+                raise ValueError("hours must be between 0 and 8760")
+            now = clock()
+            body = SilenceIn(matchers=[m.strip() for m in form.get("matchers", "").splitlines() if m.strip()],
+                             ends_at=now + timedelta(hours=hours), created_by=form.get("created_by", ""),
+                             comment=form.get("comment", ""))
+        except (ValueError, ValidationError) as exc:
+            reason = exc.errors()[0]["msg"] if isinstance(exc, ValidationError) and exc.errors() else str(exc)
+            return error_page(400, reason)
+        with Session(engine) as s, s.begin():
+            s.add(Silence(matchers=body.matchers, starts_at=now, ends_at=body.ends_at, created_by=body.created_by,
+                          comment=body.comment, created_at=now, updated_at=now))
+        back = form.get("back", "")
+        target = back if back.startswith("/ui/") and "//" not in back and "\\" not in back else "/ui/silences"
+        return RedirectResponse(f"{target}?note=silenced", status_code=303)
+
+    @router.get("/ui/silences", response_class=HTMLResponse)
+    def silences_page(request: Request, note: Text = "") -> Response:
+        """Silences, newest first, with who made them (read token)."""
+        if (refused := refused_reader(request, reader)) is not None:
+            return refused
+        now = clock()
+        with session() as s:
+            rows = list(s.scalars(select(Silence).order_by(Silence.id.desc()).limit(200)))
+        body = table(("#", "matchers", "starts", "ends", "active", "by", "comment"), [
+            [esc(r.id), "<br>".join(esc(m) for m in r.matchers), when(r.starts_at), when(r.ends_at),
+             "yes" if r.starts_at <= now < r.ends_at else "no", esc(r.created_by), esc(r.comment)] for r in rows])
+        return html("Silences", body, note)
+
+    @router.get("/ui/notifications", response_class=HTMLResponse)
+    def notifications_page(request: Request, state: Text = "") -> Response:
+        """The outbox, newest first; `state=dead`: the dead letters (read token)."""
+        if (refused := refused_reader(request, reader)) is not None:
+            return refused
+        with session() as s:
+            query = select(NotificationDelivery).order_by(NotificationDelivery.id.desc()).limit(PAGE)
+            if state:
+                query = query.where(NotificationDelivery.state == state)
+            rows = list(s.scalars(query))
+        tabs = " · ".join(link(qs("/ui/notifications", state=st), st or "all") for st in (*STATES, ""))
+        body = f"<p>{tabs}</p>" + table(("#", "receiver", "state", "attempts", "created", "sent", "title", "error"), [
+            [esc(r.id), esc(r.receiver), esc(r.state), esc(r.attempts), when(r.created_at), when(r.sent_at),
+             esc(_title(r.message)), esc(r.last_error)] for r in rows])
+        return html("Notifications", body)
+
+    router.include_router(writes)
+    return router
+
+
+def _amounts(values: Any) -> str:
+    """A stored resource map (None: no capability), shown as the queue page shows amounts."""
+    if not isinstance(values, dict):
+        return ""
+    return ", ".join(f"{esc(k)}: {amount(str(k), v)}" for k, v in sorted(values.items()))
+
+
+def _title(message: Any) -> str:
+    """The message's title, from the stored JSON (a malformed one shows as empty)."""
+    from watchdog.notify.message import Message
+
+    try:
+        return Message.from_dict(message).title
+    except (KeyError, TypeError, ValueError, AttributeError):
+        return ""
