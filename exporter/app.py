@@ -27,7 +27,7 @@ from exporter.kube.informer import Backoff, Informer
 from exporter.kube.resources import CRONJOBS, EVENTS, HYPERNODES, JOBFLOWS, JOBS, PODGROUPS, PODS, QUEUES, ResourceKind
 from exporter.model import Job, Pod, PodGroup, Queue, parse_job, parse_pod, parse_podgroup, parse_queue
 from exporter.podview import is_volcano_pod
-from exporter.rows import gzip_member
+from exporter.rows import Deflated, deflate, gzip_stream
 from exporter.sharding import owns, raw_uid
 from exporter.store import ExporterStore
 
@@ -125,11 +125,14 @@ class Exporter:
             self._scrapes += 1
 
     def scrape_gzip_chunks(self) -> Iterator[bytes]:
-        """The /metrics body as gzip members, most of them cached (see exporter/rows.py)."""
+        """The /metrics body as one gzip stream, most of it cached (see exporter/rows.py)."""
+        yield from gzip_stream(self._gzip_pieces())
+
+    def _gzip_pieces(self) -> Iterator[Deflated]:
         started = time.perf_counter()
         yield from self.store.gzip_chunks()
         with self._scrape_lock:
-            yield gzip_member(self._self_metrics())
+            yield deflate(self._self_metrics())
             self._scrape_seconds = time.perf_counter() - started
             self._scrapes += 1
 

@@ -3,29 +3,81 @@
 Prometheus always asks for gzip. Compressing a 100k-pod exposition (~100 MB) takes ~300 ms even at
 level 1, while between two scrapes only a small share of the objects change. So objects are grouped
 in blocks (at most `BLOCK_SIZE` objects, in arrival order: a pod changes mostly while it is young, so
-the changes of an interval meet in few blocks), and each family keeps one gzip member per block,
-compressed when first asked for and dropped when a row of the block changes. A gzip body may be a
-sequence of members (RFC 1952 §2.2; Go's reader, and so Prometheus, reads them all), so a scrape
-sends the cached members and compresses only the blocks that changed.
+the changes of an interval meet in few blocks), and each family keeps one compressed piece per block,
+made when first asked for and dropped when a row of the block changes.
+
+A piece is raw deflate ended by a sync flush (byte-aligned, not final) from a compressor of its own,
+so pieces concatenate into one valid deflate stream, as pigz does; `gzip_stream` wraps them in ONE
+gzip member whose CRC is combined from the pieces' CRCs. (Several gzip members would be smaller code,
+but only some readers take them: Go's does; Python's httpx and others silently stop at the first.)
 """
 
 from __future__ import annotations
 
+import ctypes
+import ctypes.util
+import struct
 import zlib
-from collections.abc import KeysView, Sequence
+from collections.abc import Callable, Iterable, Iterator, KeysView, Sequence
 from dataclasses import dataclass
+from typing import NamedTuple
 
 from exporter.cardinality import FamilyFilter
 from exporter.families.base import Family
 
 BLOCK_SIZE = 512
 GZIP_LEVEL = 1  # level 6 would cost several times the CPU for ~20% fewer bytes
+GZIP_HEADER = b"\x1f\x8b\x08\x00\x00\x00\x00\x00\x00\xff"  # deflate, no name, no time, unknown OS
+FINAL_EMPTY_BLOCK = b"\x03\x00"  # a final fixed-Huffman block holding nothing: ends the deflate stream
 
 
-def gzip_member(data: bytes) -> bytes:
-    """`data` as one complete gzip member."""
-    packer = zlib.compressobj(GZIP_LEVEL, zlib.DEFLATED, 31)
-    return packer.compress(data) + packer.flush()
+class Deflated(NamedTuple):
+    """Raw deflate of some bytes, byte-aligned and not final, with their CRC-32 and length."""
+
+    data: bytes
+    crc: int
+    size: int
+
+
+def deflate(data: bytes) -> Deflated:
+    packer = zlib.compressobj(GZIP_LEVEL, zlib.DEFLATED, -zlib.MAX_WBITS)
+    return Deflated(packer.compress(data) + packer.flush(zlib.Z_SYNC_FLUSH), zlib.crc32(data), len(data))
+
+
+def _zlib_crc32_combine() -> Callable[[int, int, int], int] | None:
+    try:
+        libz = ctypes.CDLL(ctypes.util.find_library("z") or "libz.so.1")
+        combine = libz.crc32_combine64
+    except (OSError, AttributeError):
+        return None
+    combine.argtypes, combine.restype = [ctypes.c_ulong, ctypes.c_ulong, ctypes.c_int64], ctypes.c_ulong
+    return lambda crc1, crc2, size2: int(combine(crc1, crc2, size2))
+
+
+def _crc32_combine_slow(crc1: int, crc2: int, size2: int) -> int:
+    """The CRC of A+B from crc(A), crc(B) and len(B): CRC-32 is affine in its start value, so running
+    len(B) zero bytes from crc(A) and from 0 differ by what crc(A) contributes."""
+    zeros = bytes(size2)
+    return zlib.crc32(zeros, crc1) ^ zlib.crc32(zeros) ^ crc2
+
+
+crc32_combine: Callable[[int, int, int], int] = _zlib_crc32_combine() or _crc32_combine_slow
+
+
+def gzip_stream(pieces: Iterable[Deflated]) -> Iterator[bytes]:
+    """One gzip member made of the pieces, as they come (the trailer needs only their CRCs)."""
+    yield GZIP_HEADER
+    crc = size = 0
+    for piece in pieces:
+        if piece.size:
+            yield piece.data
+            crc = crc32_combine(crc, piece.crc, piece.size)
+            size += piece.size
+    yield FINAL_EMPTY_BLOCK + struct.pack("<II", crc, size & 0xFFFFFFFF)
+
+
+def gzip_bytes(data: bytes) -> bytes:
+    return b"".join(gzip_stream([deflate(data)]))
 
 
 @dataclass(slots=True)
@@ -39,8 +91,8 @@ class Stale:
     version: int
     parts: list[bytes]
 
-    def compress(self) -> bytes:
-        return gzip_member(b"".join(self.parts))
+    def compress(self) -> Deflated:
+        return deflate(b"".join(self.parts))
 
 
 class Rows:
@@ -55,11 +107,11 @@ class Rows:
         self.any = any(self.enabled)  # else the kind's objects are not even rendered
         self.headers = [f.header.encode() for f in self.families]
         self.rows: list[dict[str, bytes]] = [{} for _ in self.families]
-        self._zipped_headers = [gzip_member(h) for h in self.headers]
+        self._zipped_headers = [deflate(h) for h in self.headers]
         self._block_of: dict[str, int] = {}
         self._blocks: list[dict[str, None]] = []  # block -> its objects' keys, in arrival order
         self._versions: list[int] = []  # block -> bumped on every change of one of its rows
-        self._members: list[list[bytes | None]] = [[] for _ in self.families]  # family -> block -> member
+        self._members: list[list[Deflated | None]] = [[] for _ in self.families]  # family -> block -> member
         self._free: list[int] = []  # emptied blocks, reused before new ones
         self._open = -1  # the block new objects join
 
@@ -115,8 +167,8 @@ class Rows:
                 out.append(header)
                 out.extend(rows.values())
 
-    def gzip_parts(self, out: list[bytes | Stale]) -> None:
-        """Gzip members per family and block: cached ones as bytes, the others as `Stale`."""
+    def gzip_parts(self, out: list[Deflated | Stale]) -> None:
+        """Compressed pieces per family and block: cached ones as `Deflated`, the others as `Stale`."""
         for family, rows in enumerate(self.rows):
             if not rows:
                 continue
@@ -131,7 +183,7 @@ class Rows:
                 if parts:
                     out.append(Stale(self, family, block, self._versions[block], parts))
 
-    def keep(self, stale: Stale, member: bytes) -> None:
+    def keep(self, stale: Stale, member: Deflated) -> None:
         """Cache a member compressed outside the lock, unless its block changed meanwhile."""
         if self._versions[stale.block] == stale.version:
             self._members[stale.family][stale.block] = member

@@ -37,7 +37,7 @@ from exporter.kube.informer import DELETED
 from exporter.model import Job, Pod, PodGroup, Queue
 from exporter.podrequests import Resources
 from exporter.quantity import resource_label_and_unit
-from exporter.rows import Rows, Stale, gzip_member
+from exporter.rows import Deflated, Rows, Stale, deflate, gzip_stream
 from exporter.waiting import WaitingJobs
 
 log = logging.getLogger(__name__)
@@ -121,7 +121,7 @@ class ExporterStore:
         self.ledger = queue_wait.Ledger(self.observe_since)
         self.evictions = eviction_families.Evictions(self.observe_since)
         # The histograms' and counters' gzip member, kept until one of them changes (rarely, next to pods).
-        self._history_gzip: tuple[tuple[int, int], bytes] = ((-1, -1), b"")
+        self._history_gzip: tuple[tuple[int, int], Deflated] = ((-1, -1), deflate(b""))
         served = options.families
         self.compat = options.compat_ksm_fork and any(served.allows(f.name) for f in compat_families.FAMILIES)
         self.jobs = Rows(job_families.FAMILIES, served=served)
@@ -406,10 +406,10 @@ class ExporterStore:
         for start in range(0, len(parts), batch):
             yield b"".join(parts[start:start + batch])
 
-    def gzip_chunks(self) -> Iterator[bytes]:
-        """The exposition as gzip members (see exporter/rows.py): the blocks unchanged since the last
+    def gzip_chunks(self) -> Iterator[Deflated]:
+        """The exposition as compressed pieces for `rows.gzip_stream`: the blocks unchanged since the last
         scrape come from the cache, the others are compressed outside the lock and cached after."""
-        planned: list[bytes | Stale] = []
+        planned: list[Deflated | Stale] = []
         derived: list[bytes] = []
         with self.lock:
             self.waiting.refresh()
@@ -420,26 +420,30 @@ class ExporterStore:
             self._history(history)
             version = (self.ledger.version, self.evictions.version)
             cached = self._history_gzip[1] if self._history_gzip[0] == version else None
-        fresh: list[tuple[Stale, bytes]] = []
+        fresh: list[tuple[Stale, Deflated]] = []
         for part in planned:
             if isinstance(part, Stale):
-                member = part.compress()
-                fresh.append((part, member))
-                yield member
+                piece = part.compress()
+                fresh.append((part, piece))
+                yield piece
             else:
                 yield part
         if derived:
-            yield gzip_member(b"".join(derived))
+            yield deflate(b"".join(derived))
         if history:
             if cached is None:
-                cached = gzip_member(b"".join(history))
+                cached = deflate(b"".join(history))
                 with self.lock:
                     self._history_gzip = (version, cached)
             yield cached
         if fresh:
             with self.lock:
-                for stale, member in fresh:
-                    stale.rows.keep(stale, member)
+                for stale, piece in fresh:
+                    stale.rows.keep(stale, piece)
+
+    def gzip(self) -> bytes:
+        """The whole gzip body at once (tests and tools; the server streams `gzip_chunks`)."""
+        return b"".join(gzip_stream(self.gzip_chunks()))
 
     def _all_rows(self) -> tuple[Rows, ...]:
         return (self.jobs, self.waiting.rows, self.podgroups, self.pods, self.queues, *self.others.values())

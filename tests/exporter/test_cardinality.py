@@ -101,7 +101,7 @@ def test_gzip_scrapes_serve_the_same_families() -> None:
     store = filled(options)
     store.on_pod("ADDED", pod_transform(options, compat=True)(pod("b", {"team": "x"})))
     plain = b"".join(store.chunks())
-    assert gzip.decompress(b"".join(store.gzip_chunks())) == plain
+    assert gzip.decompress(store.gzip()) == plain
     assert b"volcano_pod_resource_requests" not in plain and b"kube_pod_volcano_container_resource_limits" not in plain
     assert b'label_team="x"' in plain and b"kube_pod_volcano_container_resource_requests" in plain
 

@@ -219,7 +219,7 @@ def test_gzip_scrapes_carry_the_reasons_and_follow_the_queues_too() -> None:
     feed(store, queues=research_queues("4"), jobs=[job], groups=[group])
 
     def gzipped() -> bytes:
-        return gzip.decompress(b"".join(store.gzip_chunks()))
+        return gzip.decompress(store.gzip())
 
     assert b'queue="research-dev",reason="queue_capability"' in gzipped()
     feed(store, queues=research_queues("0")[2:], event=MODIFIED)

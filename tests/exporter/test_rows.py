@@ -3,12 +3,13 @@
 from __future__ import annotations
 
 import gzip
+import zlib
 
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from exporter.families.base import Family
-from exporter.rows import BLOCK_SIZE, Rows, Stale
+from exporter.rows import BLOCK_SIZE, Deflated, Rows, Stale, _crc32_combine_slow, crc32_combine, gzip_stream
 
 A = Family("test_a", "A.", ("name",))
 B = Family("test_b", "B.", ("name", "state"))
@@ -26,19 +27,19 @@ def plain(rows: Rows) -> bytes:
 
 def zipped(rows: Rows, keep: bool = True) -> tuple[bytes, int]:
     """The gzip body (and how many members had to be compressed)."""
-    planned: list[bytes | Stale] = []
+    planned: list[Deflated | Stale] = []
     rows.gzip_parts(planned)
-    body, compressed = [], 0
+    pieces, compressed = [], 0
     for part in planned:
         if isinstance(part, Stale):
-            member = part.compress()
+            piece = part.compress()
             compressed += 1
             if keep:
-                rows.keep(part, member)
-            body.append(member)
+                rows.keep(part, piece)
+            pieces.append(piece)
         else:
-            body.append(part)
-    return b"".join(body), compressed
+            pieces.append(part)
+    return b"".join(gzip_stream(pieces)), compressed
 
 
 def lines(body: bytes) -> list[bytes]:
@@ -65,7 +66,7 @@ def test_unchanged_blocks_are_never_compressed_twice() -> None:
 def test_a_member_compressed_while_its_block_changed_is_not_kept() -> None:
     rows = Rows((A, B))
     rows.put("x", rendered("x", "Pending"))
-    planned: list[bytes | Stale] = []
+    planned: list[Deflated | Stale] = []
     rows.gzip_parts(planned)
     stale = [p for p in planned if isinstance(p, Stale)]
     rows.put("x", rendered("x", "Running"))  # lands between the snapshot and the compression
@@ -100,3 +101,30 @@ def test_gzip_body_equals_plain_body_after_any_history(ops: list[tuple[str, int,
             zipped(rows)
     body, _ = zipped(rows)
     assert lines(gzip.decompress(body)) == lines(plain(rows))
+
+
+def single_member(body: bytes) -> bytes:
+    """What a reader that takes one gzip member gets (httpx, zlib with wbits=31): all of it must be there."""
+    reader = zlib.decompressobj(31)
+    data = reader.decompress(body) + reader.flush()
+    assert reader.eof and not reader.unused_data
+    return data
+
+
+def test_the_cached_pieces_make_one_gzip_member_every_reader_takes() -> None:
+    rows = Rows((A, B), block_size=4)
+    for i in range(40):
+        rows.put(f"p{i}", rendered(f"p{i}", "Running"))
+    body, _ = zipped(rows)
+    rows.put("p3", rendered("p3", "Failed"))
+    again, compressed = zipped(rows)
+    assert compressed == 1 and single_member(again) == gzip.decompress(again)
+    assert lines(single_member(body)) == lines(plain(rows).replace(b'"p3",state="Failed"', b'"p3",state="Running"'))
+
+
+@settings(max_examples=50, deadline=None)
+@given(st.binary(max_size=3000), st.binary(max_size=3000))
+def test_crc32_combine(first: bytes, second: bytes) -> None:
+    whole = zlib.crc32(first + second)
+    assert crc32_combine(zlib.crc32(first), zlib.crc32(second), len(second)) == whole
+    assert _crc32_combine_slow(zlib.crc32(first), zlib.crc32(second), len(second)) == whole  # without libz
