@@ -75,8 +75,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
     logging.basicConfig(level=args.log_level, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
-    if args.log_level != "DEBUG":  # the HTTP client's own lines say less than the informers' (docs/exporter.md)
-        logging.getLogger("urllib3").setLevel(logging.WARNING)
+    if args.log_level != "DEBUG":  # urllib3's "Retrying" lines (3 per attempt) say less than the informers'
+        logging.getLogger("urllib3").setLevel(logging.ERROR)
     try:
         api = api_client(args.kubeconfig)
     except ClusterConfigError as exc:

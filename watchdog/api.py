@@ -300,7 +300,7 @@ def queue_usage(session: Session, now: datetime) -> tuple[datetime | None, int |
 
 
 class JsonBodies:
-    """Every body this API takes is JSON: read it as JSON whatever the client declared. `curl -d` sends
+    """Every body the /api/ routes take is JSON: read it as JSON whatever the client declared. `curl -d` sends
     `application/x-www-form-urlencoded` unless told otherwise, and FastAPI answered such a silence
     with a 422 that named no header."""
 
@@ -308,7 +308,8 @@ class JsonBodies:
         self.app = app
 
     async def __call__(self, scope: Any, receive: Any, send: Any) -> None:
-        if scope["type"] == "http" and scope["method"] in ("POST", "PUT", "PATCH"):
+        if scope["type"] == "http" and scope["method"] in ("POST", "PUT", "PATCH") \
+                and scope["path"].startswith("/api/"):  # the UI's forms are forms
             declared = next((v for k, v in scope["headers"] if k == b"content-type"), b"")
             if not declared.startswith(b"application/json"):
                 headers = [(k, v) for k, v in scope["headers"] if k != b"content-type"]

@@ -246,8 +246,9 @@ def quiet_libraries(level: str, *more: str) -> None:
     DEBUG they only speak when something is wrong."""
     if level == "DEBUG":
         return
-    for name in ("httpx", "httpcore", "urllib3", "kubernetes", "uvicorn.access", *filter(None, more)):
+    for name in ("httpx", "httpcore", "kubernetes", "uvicorn.access", *filter(None, more)):
         logging.getLogger(name).setLevel(logging.WARNING)
+    logging.getLogger("urllib3").setLevel(logging.ERROR)  # its "Retrying" warnings, 3 per failed request
 
 
 def main(argv: list[str] | None = None) -> int:

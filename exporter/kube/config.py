@@ -89,7 +89,4 @@ def api_client(kubeconfig: str | None = None, context: str | None = None, pool_s
     """An ApiClient whose connection pool fits one long-lived watch per informer plus requests."""
     settings = load_configuration(kubeconfig, context)
     settings.connection_pool_maxsize = pool_size
-    # No urllib3 retries: every caller backs off itself (informers, lease renewals, the next round), and
-    # urllib3's three quick retries logged three "Retrying" warnings per attempt at an unreachable server.
-    settings.retries = 0
     return ClusterClient(settings, kubeconfig, context)
