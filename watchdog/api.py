@@ -299,6 +299,34 @@ def queue_usage(session: Session, now: datetime) -> tuple[datetime | None, int |
                            for queue, count, cpu, memory, util, busy in rows}
 
 
+def store_resolve_request(engine: Engine, alert_id: int, clock: Callable[[], datetime]) -> int:
+    """Store a manual resolve for the leader's worker (the only writer of alert state); its id.
+    404 / 409 at once when the alert is unknown or already resolved."""
+    with Session(engine) as session, session.begin():
+        row = session.get(Alert, alert_id)
+        if row is None:
+            raise HTTPException(404, "no such alert")
+        if row.state == "resolved":
+            raise HTTPException(409, "alert is already resolved")
+        request = AlertRequest(alert_id=alert_id, action="resolve", requested_at=clock(), outcome="")
+        session.add(request)
+        session.flush()
+        return request.id
+
+
+def wait_for_request(engine: Engine, request_id: int, seconds: float) -> str | None:
+    """The outcome of a stored request once a worker carried it out, or None after `seconds`."""
+    deadline = time.monotonic() + seconds
+    while True:
+        with Session(engine) as session:
+            done = session.get(AlertRequest, request_id)
+            if done is not None and done.done_at is not None:
+                return done.outcome
+        if time.monotonic() >= deadline:
+            return None
+        time.sleep(0.05)
+
+
 class JsonBodies:
     """Every body the /api/ routes take is JSON: read it as JSON whatever the client declared. `curl -d` sends
     `application/x-www-form-urlencoded` unless told otherwise, and FastAPI answered such a silence
@@ -387,31 +415,18 @@ def create_app(engine: Engine, settings: Settings, health: Health, clock: Callab
 
         The request is stored and carried out by the leader's worker (the only writer of alert state,
         on whichever replica leads); this call waits up to a few seconds for it, then answers 202."""
-        with Session(engine) as session, session.begin():
-            row = session.get(Alert, alert_id)
-            if row is None:
-                raise HTTPException(404, "no such alert")
-            if row.state == "resolved":
-                raise HTTPException(409, "alert is already resolved")
-            request = AlertRequest(alert_id=alert_id, action="resolve", requested_at=clock(), outcome="")
-            session.add(request)
-            session.flush()
-            request_id = request.id
+        request_id = store_resolve_request(engine, alert_id, clock)
         request_made()
-        deadline = time.monotonic() + request_wait_seconds
-        while True:
-            with Session(engine) as session:
-                done = session.get(AlertRequest, request_id)
-                if done is not None and done.done_at is not None:
-                    if done.outcome == "already_resolved":
-                        raise HTTPException(409, "alert is already resolved")
-                    if done.outcome == "no_such_alert":
-                        raise HTTPException(404, "no such alert")
-                    return AlertOut.model_validate(session.get(Alert, alert_id))
-            if time.monotonic() >= deadline:
-                return JSONResponse({"detail": f"request {request_id} stored; the leader carries it out shortly"},
-                                    status_code=202)
-            time.sleep(0.05)
+        outcome = wait_for_request(engine, request_id, request_wait_seconds)
+        if outcome is None:
+            return JSONResponse({"detail": f"request {request_id} stored; the leader carries it out shortly"},
+                                status_code=202)
+        if outcome == "already_resolved":
+            raise HTTPException(409, "alert is already resolved")
+        if outcome == "no_such_alert":
+            raise HTTPException(404, "no such alert")
+        with Session(engine) as session:
+            return AlertOut.model_validate(session.get(Alert, alert_id))
 
     @app.get("/api/v1/jobs", response_model=JobPage, tags=["jobs"])
     def list_jobs(session: Db, namespace: Text = None, queue: Text = None, phase: Text = None, name: Text = None,

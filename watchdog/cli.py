@@ -8,7 +8,7 @@ import logging
 import signal
 import socket
 import sys
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from datetime import UTC, datetime
 
 from sqlalchemy import Engine
@@ -66,11 +66,18 @@ def database_failure(doing: str, engine: Engine, exc: SQLAlchemyError) -> int:
 
 def run_recommend(settings: Settings, namespace: str | None, output: str) -> int:
     """Read-only: never creates or migrates the database it reads, and says which one it read."""
+    return read_only(settings, "recommendations", lambda session: render(
+        compute_recommendations(session, settings.recommendations, datetime.now(UTC), namespace), output))
+
+
+def read_only(settings: Settings, what: str, read: Callable[[Session], str]) -> int:
+    """A read-only command: never creates or migrates the database, names the one it read, prints
+    what `read` made of it."""
     engine = make_engine(settings.database_url)
     try:
         check_readable(engine)
         with Session(engine) as session:
-            found = compute_recommendations(session, settings.recommendations, datetime.now(UTC), namespace)
+            text = read(session)
     except NotReadable as exc:
         print(f"volcano-watchdog: {exc}", file=sys.stderr)
         return 1
@@ -78,8 +85,8 @@ def run_recommend(settings: Settings, namespace: str | None, output: str) -> int
         return database_failure("read", engine, exc)
     finally:
         engine.dispose()
-    print(f"volcano-watchdog: recommendations from {display_url(engine)}", file=sys.stderr)
-    print(render(found, output), end="")
+    print(f"volcano-watchdog: {what} from {display_url(engine)}", file=sys.stderr)
+    print(text, end="")
     return 0
 
 
@@ -98,21 +105,8 @@ def run_report(settings: Settings, args: argparse.Namespace) -> int:
     if since >= until or args.top < 0:
         print("volcano-watchdog: --since must be before --until, --top at least 0", file=sys.stderr)
         return 2
-    engine = make_engine(settings.database_url)
-    try:
-        check_readable(engine)
-        with Session(engine) as session:
-            found = compute_report(session, since, until, args.by, args.top)
-    except NotReadable as exc:
-        print(f"volcano-watchdog: {exc}", file=sys.stderr)
-        return 1
-    except SQLAlchemyError as exc:
-        return database_failure("read", engine, exc)
-    finally:
-        engine.dispose()
-    print(f"volcano-watchdog: report from {display_url(engine)}", file=sys.stderr)
-    print(render_report(found, args.output), end="")
-    return 0
+    return read_only(settings, "report", lambda session: render_report(
+        compute_report(session, since, until, args.by, args.top), args.output))
 
 
 def run_watchdog(settings: Settings) -> int:

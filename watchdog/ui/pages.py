@@ -9,12 +9,11 @@ and every query uses an index (the ledger, alerts and rollups can hold many thou
 from __future__ import annotations
 
 import json
-import time
 from collections.abc import Callable
 from datetime import datetime, timedelta
 from typing import Annotated, Any
 
-from fastapi import APIRouter, Depends, HTTPException, Path, Query, Request
+from fastapi import APIRouter, Depends, Path, Query, Request
 from fastapi.responses import HTMLResponse, RedirectResponse, Response
 from pydantic import ValidationError
 from sqlalchemy import Engine, func, select
@@ -24,7 +23,7 @@ from watchdog import api as wapi
 from watchdog import recommend
 from watchdog.capability import store
 from watchdog.config import Settings
-from watchdog.db.models import Alert, AlertRequest, JobRun, NotificationDelivery, Silence, UsageRollup
+from watchdog.db.models import Alert, JobRun, NotificationDelivery, Silence, UsageRollup
 from watchdog.notify.api import STATES, SilenceIn
 from watchdog.ui.forms import FormTokenRoute, error_page, form_of, refused_reader
 from watchdog.ui.html import amount, amounts, chart, cores, esc, gib, link, page, percent, qs, table, when, yaml_patch
@@ -275,25 +274,9 @@ def ui_router(engine: Engine, settings: Settings, clock: Callable[[], datetime],
     @writes.post("/ui/alerts/{alert_id}/resolve")
     def resolve(alert_id: wapi.AlertId) -> Response:
         """The API's resolve: a request the leader's worker carries out; waits a little for it."""
-        with Session(engine) as s, s.begin():
-            row = s.get(Alert, alert_id)
-            if row is None:
-                raise HTTPException(404, "no such alert")
-            if row.state == "resolved":
-                raise HTTPException(409, "alert is already resolved")
-            request = AlertRequest(alert_id=alert_id, action="resolve", requested_at=clock(), outcome="")
-            s.add(request)
-            s.flush()
-            request_id = request.id
+        request_id = wapi.store_resolve_request(engine, alert_id, clock)
         request_made()
-        deadline, note = time.monotonic() + wait_seconds, "stored"
-        while time.monotonic() < deadline:
-            with Session(engine) as s:
-                done = s.get(AlertRequest, request_id)
-                if done is not None and done.done_at is not None:
-                    note = "resolved"
-                    break
-            time.sleep(0.05)
+        note = "stored" if wapi.wait_for_request(engine, request_id, wait_seconds) is None else "resolved"
         return RedirectResponse(f"/ui/alerts/{alert_id}?note={note}", status_code=303)
 
     @writes.post("/ui/silences")
