@@ -3,8 +3,9 @@ PostgreSQL database store what one watchdog alone stores on another, watching th
 cluster; `kill -9` of the leader hands over to the follower within the lease, and nothing is lost or
 sent twice.
 
-Compared per finished job: used CPU core-seconds within 5 %, for the runs that did not span the
-failover (usage is not collected between the leader's death and the takeover: docs/watchdog.md).
+Compared per finished job: used CPU core-seconds within 5 % plus two poll intervals' share of the run,
+for the runs that did not span the failover (usage is not collected between the leader's death and
+the takeover: docs/watchdog.md).
 Doubled usage (every replica adding what it polled, the defect) would be 100 % off.
 """
 
@@ -44,6 +45,7 @@ LEASE_SECONDS = 3.0
 FLUSH_SECONDS = Intervals().flush  # usage the leader holds in memory, lost with it on kill -9
 FLUSH = timedelta(seconds=FLUSH_SECONDS + 1)
 MIN_RUN = timedelta(seconds=4)
+POLL_SECONDS = 0.2
 EVENT_KINDS = {"JobFailed", "RetryExhausted", "JobRetrying", "PodRejected", "PodOOMKilled"}
 
 
@@ -64,7 +66,7 @@ def databases() -> Iterator[tuple[str, str]]:
 def config(path: Path, inbox: ChatInbox, identity: str | None) -> Path:
     settings: dict[str, Any] = {
         "detectors": {**FAST_DETECTORS, "idle_window_seconds": 600},  # 5-minute rollups
-        "sources": {"metrics_api": {"interval_seconds": 0.2}},
+        "sources": {"metrics_api": {"interval_seconds": POLL_SECONDS}},
         "notifications": {
             "receivers": [{"name": "inbox", "webhook": {"url": f"{inbox.url}/webhook/volcano"}}],
             "route": {"receiver": "inbox", "group_by": ["alertname", "namespace", "job_name", "subject"],
@@ -166,7 +168,7 @@ def test_two_replicas_store_what_one_stores_and_fail_over(databases: tuple[str, 
         inbox_single.stop()
 
     assert took_over <= LEASE_SECONDS + 2, f"the follower took {took_over:.1f}s to lead"
-    # Per finished job, runs that did not span the failover: used core-seconds agree within 5 %.
+    # Per finished job, runs that did not span the failover: used core-seconds agree (see `tolerance`).
     pair_runs, single_runs = used(pair), used(single)
     compared = 0
     for uid, (cpu_single, start_, finish) in single_runs.items():
@@ -178,7 +180,10 @@ def test_two_replicas_store_what_one_stores_and_fail_over(databases: tuple[str, 
         cpu_pair = pair_runs[uid][0]
         if cpu_single <= 0 and cpu_pair <= 0:
             continue  # ran without usage samples on either side (nothing to compare)
-        assert cpu_pair == pytest.approx(cpu_single, rel=0.05), f"run {uid}: {cpu_pair} vs {cpu_single} core-s"
+        # Each side integrates its own polls: at either end of a run it may miss up to one poll interval
+        # (more when a loaded machine delays a poll), so the bound widens for short runs.
+        tolerance = 0.05 + 2 * POLL_SECONDS / (finish - start_).total_seconds()
+        assert cpu_pair == pytest.approx(cpu_single, rel=tolerance), f"run {uid}: {cpu_pair} vs {cpu_single} core-s"
         compared += 1
     assert compared >= 3, f"only {compared} finished runs to compare"
     # Alerts: one row per fingerprint and episode, and every event-driven alert the single replica

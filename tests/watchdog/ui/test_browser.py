@@ -158,6 +158,8 @@ def test_every_page_renders_and_every_link_works(site: tuple[str, Any, Engine], 
 
 def test_resolve_and_silence_need_the_token(site: tuple[str, Any, Engine], tmp_path: Path) -> None:
     from selenium.webdriver.common.by import By
+    from selenium.webdriver.support import expected_conditions
+    from selenium.webdriver.support.ui import WebDriverWait
 
     base, driver, engine = site
     reader = "Basic " + base64.b64encode(f"me:{READ}".encode()).decode()
@@ -172,7 +174,10 @@ def test_resolve_and_silence_need_the_token(site: tuple[str, Any, Engine], tmp_p
         driver.get(alert)
         form = driver.find_element(By.CSS_SELECTOR, f'form[action="{form_action}"]')
         form.find_element(By.NAME, "token").send_keys(token)
+        page = driver.find_element(By.TAG_NAME, "html")
         form.find_element(By.TAG_NAME, "button").click()
+        # click() returns before the POST's answer is loaded: wait until the old page is gone
+        WebDriverWait(driver, 20).until(expected_conditions.staleness_of(page))
 
     submit(f"/ui/alerts/{alert_id}/resolve", READ)
     assert "401" in driver.find_element(By.TAG_NAME, "h1").text
