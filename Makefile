@@ -18,7 +18,7 @@ $(VENV)/.installed: pyproject.toml
 	touch $@
 
 demo: install
-	$(BIN)/python -m simulator.demo --dir $(DEMO_DIR)
+	$(BIN)/python -m volcano_monitor.simulator.demo --dir $(DEMO_DIR)
 
 lint: install
 	$(BIN)/ruff check .

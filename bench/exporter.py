@@ -56,26 +56,24 @@ import orjson
 from prometheus_client import CollectorRegistry, generate_latest
 from prometheus_client.core import GaugeMetricFamily, HistogramMetricFamily
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-
-from exporter.app import Exporter
-from exporter.families import job as job_families
-from exporter.families import pod as pod_families
-from exporter.families import podgroup as podgroup_families
-from exporter.families import queue as queue_families
-from exporter.families import queue_wait
-from exporter.families.base import Family, format_value
-from exporter.kube.config import api_client
-from exporter.kube.informer import Informer
-from exporter.kube.resources import JOBS, PODGROUPS, PODS, QUEUES, ResourceKind
-from exporter.model import Job, Pod, PodGroup, Queue
-from exporter.pending import Explanation, explain, group_waiting, is_job_group, job_waiting
-from exporter.podrequests import Resources
-from exporter.quantity import resource_label_and_unit
-from simulator import resources as sim_types
-from simulator.driver import Driver
-from simulator.runtime import SimulatorThread, write_kubeconfig
-from simulator.store import Store
+from volcano_monitor.core.exposition import Family, format_value
+from volcano_monitor.core.kube.config import api_client
+from volcano_monitor.core.kube.informer import Informer
+from volcano_monitor.core.kube.resources import JOBS, PODGROUPS, PODS, QUEUES, ResourceKind
+from volcano_monitor.core.model import Job, Pod, PodGroup, Queue
+from volcano_monitor.core.pending import Explanation, explain, group_waiting, is_job_group, job_waiting
+from volcano_monitor.core.podrequests import Resources
+from volcano_monitor.core.quantity import resource_label_and_unit
+from volcano_monitor.exporter.app import Exporter
+from volcano_monitor.exporter.families import job as job_families
+from volcano_monitor.exporter.families import pod as pod_families
+from volcano_monitor.exporter.families import podgroup as podgroup_families
+from volcano_monitor.exporter.families import queue as queue_families
+from volcano_monitor.exporter.families import queue_wait
+from volcano_monitor.simulator import resources as sim_types
+from volcano_monitor.simulator.driver import Driver
+from volcano_monitor.simulator.runtime import SimulatorThread, write_kubeconfig
+from volcano_monitor.simulator.store import Store
 
 log = logging.getLogger("bench.exporter")
 TARGETS = {"events_per_second": (">=", 20_000), "scrape_ms_p50": ("<=", 100), "speedup_vs_baseline": (">=", 10),
@@ -118,7 +116,7 @@ def rss_child(directory: str) -> None:
     """--rss-child: a fresh interpreter, set up as `volcano-exporter` sets itself up, applies the objects
     from files (read a line at a time, so the input never stays resident) and prints the process RSS
     its pods added, after a collection and a trim, as JSON."""
-    from exporter import memory
+    from volcano_monitor.core import memory
 
     def rss() -> int:
         gc.collect()

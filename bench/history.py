@@ -52,25 +52,20 @@ from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
-# Run as a script, this directory comes first on sys.path and bench/exporter.py would shadow the
-# package of the same name: put the project root there instead.
-_HERE = Path(__file__).resolve().parent
-sys.path[:] = [str(_HERE.parent)] + [p for p in sys.path if Path(p or ".").resolve() != _HERE]
+import psycopg
+from sqlalchemy import Engine, func, select
+from sqlalchemy.orm import Session
 
-import psycopg  # noqa: E402
-from sqlalchemy import Engine, func, select  # noqa: E402
-from sqlalchemy.orm import Session  # noqa: E402
-
-from exporter.model import parse_job  # noqa: E402
-from watchdog.capability.store import usage_buckets  # noqa: E402
-from watchdog.config import Settings  # noqa: E402
-from watchdog.db.engine import make_engine, migrate  # noqa: E402
-from watchdog.db.models import UsageRollup, UsageRollupHourly  # noqa: E402
-from watchdog.detectors.waste import WasteDetector  # noqa: E402
-from watchdog.ledger import Ledger  # noqa: E402
-from watchdog.retention import run_retention  # noqa: E402
-from watchdog.usage.recorder import UsageRecorder  # noqa: E402
-from watchdog.usage.samples import PodInfo, UsageSample  # noqa: E402
+from volcano_monitor.core.model import parse_job
+from volcano_monitor.watchdog.capability.store import usage_buckets
+from volcano_monitor.watchdog.config import Settings
+from volcano_monitor.watchdog.db.engine import make_engine, migrate
+from volcano_monitor.watchdog.db.models import UsageRollup, UsageRollupHourly
+from volcano_monitor.watchdog.detectors.waste import WasteDetector
+from volcano_monitor.watchdog.ledger import Ledger
+from volcano_monitor.watchdog.retention import run_retention
+from volcano_monitor.watchdog.usage.recorder import UsageRecorder
+from volcano_monitor.watchdog.usage.samples import PodInfo, UsageSample
 
 POSTGRES_ADMIN = os.environ.get("VOLCANO_BENCH_POSTGRES", "postgresql://postgres@127.0.0.1:5432/postgres")
 PODS_PER_JOB, CONTAINERS, QUEUES = 4, ("main", "sidecar"), 10

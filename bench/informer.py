@@ -14,23 +14,19 @@ from __future__ import annotations
 
 import argparse
 import json
-import sys
 import tempfile
 import time
 from pathlib import Path
 from typing import Any
 
-# Run as a script, bench/ comes first on sys.path and bench/exporter.py would shadow the package.
-_HERE = Path(__file__).resolve().parent
-sys.path[:] = [str(_HERE.parent)] + [p for p in sys.path if Path(p or ".").resolve() != _HERE]
-
-from exporter.kube.config import api_client  # noqa: E402
-from exporter.kube.informer import Backoff, Informer  # noqa: E402
-from exporter.kube.resources import PODS  # noqa: E402
-from exporter.podview import parse_pod  # noqa: E402
-from simulator import resources as sim_types  # noqa: E402
-from simulator.driver import Driver  # noqa: E402
-from simulator.runtime import SimulatorThread, write_kubeconfig  # noqa: E402
+from volcano_monitor.core.backoff import Backoff
+from volcano_monitor.core.kube.config import api_client
+from volcano_monitor.core.kube.informer import Informer
+from volcano_monitor.core.kube.resources import PODS
+from volcano_monitor.core.podview import parse_pod
+from volcano_monitor.simulator import resources as sim_types
+from volcano_monitor.simulator.driver import Driver
+from volcano_monitor.simulator.runtime import SimulatorThread, write_kubeconfig
 
 
 def timed_sync(api: Any, transform: Any = None) -> tuple[float, Informer[Any]]:

@@ -24,7 +24,6 @@ from __future__ import annotations
 
 import json
 import math
-import sys
 import tempfile
 import time
 from collections.abc import Callable
@@ -32,18 +31,14 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-# Run as a script, bench/ comes first on sys.path, and bench/watchdog.py would shadow the package.
-_HERE = Path(__file__).resolve().parent
-sys.path[:] = [str(_HERE.parent)] + [p for p in sys.path if Path(p or ".").resolve() != _HERE]
+import httpx
 
-import httpx  # noqa: E402
-
-from exporter.kube.config import api_client  # noqa: E402
-from simulator.chatinbox import ChatInbox  # noqa: E402
-from simulator.runtime import SimulatorThread, write_kubeconfig  # noqa: E402
-from watchdog.app import Watchdog  # noqa: E402
-from watchdog.config import load  # noqa: E402
-from watchdog.db.engine import make_engine  # noqa: E402
+from volcano_monitor.core.kube.config import api_client
+from volcano_monitor.simulator.chatinbox import ChatInbox
+from volcano_monitor.simulator.runtime import SimulatorThread, write_kubeconfig
+from volcano_monitor.watchdog.app import Watchdog
+from volcano_monitor.watchdog.config import load
+from volcano_monitor.watchdog.db.engine import make_engine
 
 SPACED, SPACING, BURST = 60, 0.15, 60
 NAMESPACE, QUEUE = "team-a", "default"

@@ -77,16 +77,10 @@ from pathlib import Path
 from types import FrameType
 from typing import Any
 
-# Run as a script, bench/ comes first on sys.path, and bench/watchdog.py (bench/exporter.py) would
-# shadow the package of the same name.
-_HERE = Path(__file__).resolve().parent
-_ROOT = _HERE.parent
-sys.path[:] = [str(_ROOT)] + [p for p in sys.path if Path(p or ".").resolve() != _HERE]
+import httpx
 
-import httpx  # noqa: E402
-
-from simulator.quantity import parse_quantity  # noqa: E402
-from simulator.resources import (  # noqa: E402
+from volcano_monitor.simulator.quantity import parse_quantity
+from volcano_monitor.simulator.resources import (
     EVENTS,
     JOBS,
     NAMESPACES,
@@ -97,9 +91,9 @@ from simulator.resources import (  # noqa: E402
     QUEUES,
     ResourceType,
 )
-from simulator.runtime import SimulatorThread, write_kubeconfig  # noqa: E402
-from simulator.store import ApiError, Store  # noqa: E402
-from simulator.usage import (  # noqa: E402
+from volcano_monitor.simulator.runtime import SimulatorThread, write_kubeconfig
+from volcano_monitor.simulator.store import ApiError, Store
+from volcano_monitor.simulator.usage import (
     BUSY,
     LIGHT,
     OVER_REQUESTED,
@@ -126,6 +120,8 @@ MAX_ACTIONS_PER_STEP = 4000  # keeps one batch on the server's loop short; the r
 HISTORY_LIMIT = 30_000  # watch history per resource kept by the store (its default, 200,000, holds GBs of pods)
 
 log_start = time.monotonic()
+
+_ROOT = Path(__file__).resolve().parents[1]
 
 
 def log(message: str) -> None:

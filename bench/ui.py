@@ -16,30 +16,30 @@ import argparse
 import json
 import os
 import statistics
-import sys
 import time
 import uuid
 from collections.abc import Callable
 from datetime import UTC, datetime, timedelta
-from pathlib import Path
 from typing import Any
 
-# Run as a script, this directory comes first on sys.path and bench/watchdog.py would shadow the
-# package of the same name: put the project root there instead.
-_HERE = Path(__file__).resolve().parent
-sys.path[:] = [str(_HERE.parent)] + [p for p in sys.path if Path(p or ".").resolve() != _HERE]
+import psycopg
+from fastapi.testclient import TestClient
+from pydantic import SecretStr
+from sqlalchemy import Engine, insert
+from sqlalchemy.orm import Session
 
-import psycopg  # noqa: E402
-from fastapi.testclient import TestClient  # noqa: E402
-from pydantic import SecretStr  # noqa: E402
-from sqlalchemy import Engine, insert  # noqa: E402
-from sqlalchemy.orm import Session  # noqa: E402
-
-from watchdog.api import Health, QueueView, create_app  # noqa: E402
-from watchdog.config import Settings  # noqa: E402
-from watchdog.db.engine import make_engine, migrate  # noqa: E402
-from watchdog.db.models import Alert, JobRun, NotificationDelivery, NotificationGroup, Silence, UsageRollup  # noqa: E402
-from watchdog.recommend import HistogramBook  # noqa: E402
+from volcano_monitor.watchdog.api import Health, QueueView, create_app
+from volcano_monitor.watchdog.config import Settings
+from volcano_monitor.watchdog.db.engine import make_engine, migrate
+from volcano_monitor.watchdog.db.models import (
+    Alert,
+    JobRun,
+    NotificationDelivery,
+    NotificationGroup,
+    Silence,
+    UsageRollup,
+)
+from volcano_monitor.watchdog.recommend import HistogramBook
 
 POSTGRES_ADMIN = os.environ.get("VOLCANO_BENCH_POSTGRES", "postgresql://postgres@127.0.0.1:5432/postgres")
 NOW = datetime(2026, 11, 24, 12, 0, tzinfo=UTC)

@@ -12,13 +12,10 @@ from __future__ import annotations
 
 import importlib.util
 import json
-import sys
 from pathlib import Path
 from types import ModuleType
 
-# Run as a script, bench/ comes first on sys.path, and this very file would shadow the package.
 _HERE = Path(__file__).resolve().parent
-sys.path[:] = [str(_HERE.parent)] + [p for p in sys.path if Path(p or ".").resolve() != _HERE]
 
 
 def _load(name: str) -> ModuleType:

@@ -22,7 +22,6 @@ import json
 import math
 import random
 import statistics
-import sys
 import tempfile
 import time
 from datetime import UTC, datetime
@@ -30,14 +29,9 @@ from pathlib import Path
 
 from sqlalchemy.orm import Session
 
-# Run as a script, this directory comes first on sys.path, and bench/watchdog.py, bench/exporter.py
-# would shadow the packages of the same names: put the project root there instead.
-_HERE = Path(__file__).resolve().parent
-sys.path[:] = [str(_HERE.parent)] + [p for p in sys.path if Path(p or ".").resolve() != _HERE]
-
-from watchdog.config import Recommendations  # noqa: E402
-from watchdog.db.engine import make_engine, migrate  # noqa: E402
-from watchdog.recommend import HistogramBook, compute_recommendations  # noqa: E402
+from volcano_monitor.watchdog.config import Recommendations
+from volcano_monitor.watchdog.db.engine import make_engine, migrate
+from volcano_monitor.watchdog.recommend import HistogramBook, compute_recommendations
 
 CONTAINERS = 10_000
 DAYS = 8

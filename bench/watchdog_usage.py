@@ -25,7 +25,6 @@ import argparse
 import gc
 import json
 import os
-import sys
 import tempfile
 import time
 import uuid
@@ -33,23 +32,18 @@ from collections.abc import Callable
 from datetime import UTC, datetime
 from pathlib import Path
 
-# Run as a script, this directory comes first on sys.path and bench/exporter.py would shadow the
-# package of the same name: put the project root there instead.
-_HERE = Path(__file__).resolve().parent
-sys.path[:] = [str(_HERE.parent)] + [p for p in sys.path if Path(p or ".").resolve() != _HERE]
+import psycopg
+from sqlalchemy import Engine, func, select
+from sqlalchemy.orm import Session
 
-import psycopg  # noqa: E402
-from sqlalchemy import Engine, func, select  # noqa: E402
-from sqlalchemy.orm import Session  # noqa: E402
-
-from exporter.model import parse_job  # noqa: E402
-from watchdog.config import Recommendations  # noqa: E402
-from watchdog.db.engine import make_engine, migrate  # noqa: E402
-from watchdog.db.models import UsageRollup  # noqa: E402
-from watchdog.ledger import Ledger  # noqa: E402
-from watchdog.recommend import HistogramBook  # noqa: E402
-from watchdog.usage.recorder import UsageRecorder  # noqa: E402
-from watchdog.usage.samples import PodInfo, UsageSample  # noqa: E402
+from volcano_monitor.core.model import parse_job
+from volcano_monitor.watchdog.config import Recommendations
+from volcano_monitor.watchdog.db.engine import make_engine, migrate
+from volcano_monitor.watchdog.db.models import UsageRollup
+from volcano_monitor.watchdog.ledger import Ledger
+from volcano_monitor.watchdog.recommend import HistogramBook
+from volcano_monitor.watchdog.usage.recorder import UsageRecorder
+from volcano_monitor.watchdog.usage.samples import PodInfo, UsageSample
 
 POSTGRES_ADMIN = os.environ.get("VOLCANO_BENCH_POSTGRES", "postgresql://postgres@127.0.0.1:5432/postgres")
 JOBS, PODS_PER_JOB, CONTAINERS = 250, 4, ("main", "sidecar")

@@ -2,5 +2,5 @@
 
 The committed `dashboards/*.json` files are the product (imported into Grafana or shipped as sidecar
 ConfigMaps); this package is how they are written, so a change to a query is a reviewed code change and
-`python -m dashboards.generate --check` tells when the JSON and the code disagree.
+`python -m volcano_monitor.dashboards.generate --check` tells when the JSON and the code disagree.
 """

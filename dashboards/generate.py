@@ -1,4 +1,4 @@
-"""Write every dashboard's JSON next to this file: `python -m dashboards.generate`.
+"""Write every dashboard's JSON next to this file: `python -m volcano_monitor.dashboards.generate`.
 
 `--check` writes nothing and exits 1 when a committed file differs from what the code builds (CI runs
 it, so neither side can drift). The JSON is indented and key-sorted: stable, reviewable diffs.
@@ -15,7 +15,7 @@ from pathlib import Path
 from grafana_foundation_sdk.cog.encoder import JSONEncoder
 from grafana_foundation_sdk.models.dashboard import Dashboard
 
-from dashboards import efficiency, health, job, overview, queue
+from volcano_monitor.dashboards import efficiency, health, job, overview, queue
 
 DIRECTORY = Path(__file__).resolve().parent
 
@@ -56,7 +56,8 @@ def panel_queries() -> list[tuple[str, str, str]]:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m dashboards.generate", description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(prog="python -m volcano_monitor.dashboards.generate",
+                                     description=__doc__.splitlines()[0])
     parser.add_argument("--check", action="store_true", help="exit 1 if a committed file differs; write nothing")
     args = parser.parse_args(argv)
     stale = []
@@ -71,7 +72,7 @@ def main(argv: list[str] | None = None) -> int:
             path.write_text(content, encoding="utf-8")
             print(f"wrote {path}")
     if stale:
-        print(f"out of date (run `python -m dashboards.generate`): {', '.join(stale)}", file=sys.stderr)
+        print(f"out of date (run `python -m volcano_monitor.dashboards.generate`): {', '.join(stale)}", file=sys.stderr)
         return 1
     return 0
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from grafana_foundation_sdk.models.dashboard import Dashboard
 
-from dashboards.common import (
+from volcano_monitor.dashboards.common import (
     RESOURCES,
     Column,
     Panel,

@@ -3,7 +3,7 @@
 Why an Events informer: a pod that Volcano evicts is deleted right after its condition is written, so a
 watch gap (relist) can hide the condition; its `Evict` Event (kept an hour) still tells, and a
 kube-scheduler `Preempted` Event names the preemptor. The predicate keeps only eviction Events about pods
-(`exporter.eviction.about_eviction`): every other Event costs a dict lookup and is neither parsed nor cached.
+(`core.eviction.about_eviction`): every other Event costs a dict lookup and is neither parsed nor cached.
 """
 
 from __future__ import annotations
@@ -17,19 +17,30 @@ from typing import Any
 
 from kubernetes import client
 
-from exporter import selfmetrics
-from exporter.cardinality import DEFAULTS, Options
-from exporter.eviction import about_eviction
-from exporter.families.compat import parse_containers
-from exporter.kinds import parse_cronjob, parse_hypernode, parse_jobflow
-from exporter.kube import informer as inf
-from exporter.kube.informer import Backoff, Informer
-from exporter.kube.resources import CRONJOBS, EVENTS, HYPERNODES, JOBFLOWS, JOBS, PODGROUPS, PODS, QUEUES, ResourceKind
-from exporter.model import Job, Pod, PodGroup, Queue, parse_job, parse_pod, parse_podgroup, parse_queue
-from exporter.podview import is_volcano_pod
-from exporter.rows import Deflated, deflate, gzip_stream
-from exporter.sharding import owns, raw_uid
-from exporter.store import ExporterStore
+from volcano_monitor.core.backoff import Backoff
+from volcano_monitor.core.containers import parse_containers
+from volcano_monitor.core.eviction import about_eviction
+from volcano_monitor.core.kinds import parse_cronjob, parse_hypernode, parse_jobflow
+from volcano_monitor.core.kube import informer as inf
+from volcano_monitor.core.kube.informer import Informer
+from volcano_monitor.core.kube.resources import (
+    CRONJOBS,
+    EVENTS,
+    HYPERNODES,
+    JOBFLOWS,
+    JOBS,
+    PODGROUPS,
+    PODS,
+    QUEUES,
+    ResourceKind,
+)
+from volcano_monitor.core.model import Job, Pod, PodGroup, Queue, parse_job, parse_pod, parse_podgroup, parse_queue
+from volcano_monitor.core.podview import is_volcano_pod
+from volcano_monitor.exporter import selfmetrics
+from volcano_monitor.exporter.cardinality import DEFAULTS, Options
+from volcano_monitor.exporter.rows import Deflated, deflate, gzip_stream
+from volcano_monitor.exporter.sharding import owns, raw_uid
+from volcano_monitor.exporter.store import ExporterStore
 
 
 def _involved_uid(raw: Any) -> str:

@@ -20,7 +20,7 @@ import time
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 
-from exporter.families.base import escape
+from volcano_monitor.core.exposition import escape
 
 log = logging.getLogger("volcano-exporter")
 

@@ -8,12 +8,12 @@ import signal
 import sys
 import threading
 
-from exporter import memory
-from exporter.app import Exporter
-from exporter.cardinality import Options, family_filter, labels_allowlist, max_objects
-from exporter.flags import Parser, boolean, env_flag, host_port, kubeconfig_flag, log_level_flag
-from exporter.kube.config import ClusterConfigError, api_client
-from exporter.server import make_server, serve_in_background
+from volcano_monitor.core import memory
+from volcano_monitor.core.flags import Parser, boolean, env_flag, host_port, kubeconfig_flag, log_level_flag
+from volcano_monitor.core.kube.config import ClusterConfigError, api_client
+from volcano_monitor.exporter.app import Exporter
+from volcano_monitor.exporter.cardinality import Options, family_filter, labels_allowlist, max_objects
+from volcano_monitor.exporter.server import make_server, serve_in_background
 
 log = logging.getLogger("volcano-exporter")
 
@@ -82,7 +82,7 @@ def main(argv: list[str] | None = None) -> int:
     except ClusterConfigError as exc:
         print(f"volcano-exporter: {exc}", file=sys.stderr)
         return 2
-    memory.tune_allocator()  # before any thread starts (see exporter/memory.py)
+    memory.tune_allocator()  # before any thread starts (see core/memory.py)
     host, port = args.listen
     exporter = Exporter(api, args.namespaces, args.shard, args.total_shards, options=args.options)
     known = [f.name for f in exporter.store.families()]

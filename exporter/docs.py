@@ -1,4 +1,5 @@
-"""The metric reference, generated from the families themselves: `python -m exporter.docs > docs/metrics.md`.
+"""The metric reference, generated from the families themselves:
+`python -m volcano_monitor.exporter.docs > docs/metrics.md`.
 
 It covers the exporter and, in a last section, the watchdog's own /metrics, so that dashboards and alert
 rules have one page to check their metric names against (tests/test_metric_references.py).
@@ -9,9 +10,11 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from exporter import pending, selfmetrics
-from exporter.cardinality import Options
-from exporter.families import (
+from volcano_monitor.core import pending
+from volcano_monitor.core.exposition import Family
+from volcano_monitor.exporter import selfmetrics
+from volcano_monitor.exporter.cardinality import Options
+from volcano_monitor.exporter.families import (
     compat,
     cronjob,
     evictions,
@@ -24,10 +27,9 @@ from exporter.families import (
     queue,
     queue_wait,
 )
-from exporter.families.base import Family
-from exporter.store import ExporterStore
+from volcano_monitor.exporter.store import ExporterStore
 
-REGENERATE = "python -m exporter.docs > docs/metrics.md"
+REGENERATE = "python -m volcano_monitor.exporter.docs > docs/metrics.md"
 
 INTRO = f"""\
 # Metrics
@@ -141,7 +143,7 @@ its PodGroup `Pending` or `Inqueue`) and for every PodGroup of another operator 
 not running, `job_name` being its owner. The series goes when the job runs or is deleted. The watchdog
 serves the same explanation, with a message and the scheduler's own condition, at
 `GET /api/v1/jobs/{uid}/why` ([watchdog API](watchdog.md#why-is-my-job-pending)); both come from
-`exporter/pending.py`.
+`core/pending.py`.
 
 The reasons, tried in this order (the first that holds is the one reported):
 """
@@ -179,7 +181,7 @@ WATCHDOG_NOTE = (
 def watchdog_families() -> tuple[Family, ...]:
     """The watchdog's families. Imported here rather than at the top: the exporter package must not load
     the watchdog (SQLAlchemy, its models) when it is imported, only when the reference is rendered."""
-    from watchdog.metrics import FAMILIES
+    from volcano_monitor.watchdog.metrics import FAMILIES
 
     return FAMILIES
 

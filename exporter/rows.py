@@ -22,8 +22,8 @@ from collections.abc import Callable, Iterable, Iterator, KeysView, Sequence
 from dataclasses import dataclass
 from typing import NamedTuple
 
-from exporter.cardinality import FamilyFilter
-from exporter.families.base import Family
+from volcano_monitor.core.exposition import Family
+from volcano_monitor.exporter.cardinality import FamilyFilter
 
 BLOCK_SIZE = 512
 GZIP_LEVEL = 1  # level 6 would cost several times the CPU for ~20% fewer bytes

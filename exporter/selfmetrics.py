@@ -6,11 +6,11 @@ from __future__ import annotations
 import platform
 from collections import Counter
 from collections.abc import Sequence
-from importlib import metadata
 from typing import Any
 
-from exporter.families.base import COUNTER, Family
-from exporter.kube import informer as inf
+from volcano_monitor.core.exposition import COUNTER, Family
+from volcano_monitor.core.kube import informer as inf
+from volcano_monitor.core.version import version
 
 R = ("resource",)
 BUILD_INFO = Family("volcano_exporter_build_info", "Version of the exporter (1).", ("version", "python_version"))
@@ -48,13 +48,6 @@ FAMILIES = (BUILD_INFO, EVENTS, RELISTS, DECODE_ERRORS, PARSE_PROBLEMS, HANDLER_
 
 # When one resource has several informers (one per namespace), the worst state speaks for it.
 _SEVERITY = [inf.FORBIDDEN, inf.NOT_FOUND, inf.BACKOFF, inf.STARTING, inf.LISTING, inf.STOPPED, inf.WATCHING]
-
-
-def version() -> str:
-    try:
-        return metadata.version("volcano-monitor")
-    except metadata.PackageNotFoundError:
-        return "unknown"
 
 
 def render(informers: Sequence[inf.Informer[Any]], parse_problems: dict[str, int], scrape_seconds: float,

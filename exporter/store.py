@@ -18,27 +18,27 @@ from collections.abc import Callable, Iterator
 from functools import lru_cache
 from typing import Any
 
-from exporter.cardinality import ALL, DEFAULTS, FamilyFilter, ObjectCaps, Options, with_labels
-from exporter.eviction import EvictionEvent, parse_eviction_event
-from exporter.families import compat as compat_families
-from exporter.families import cronjob as cronjob_families
-from exporter.families import evictions as eviction_families
-from exporter.families import hierarchy, queue_wait
-from exporter.families import hypernode as hypernode_families
-from exporter.families import job as job_families
-from exporter.families import jobflow as jobflow_families
-from exporter.families import pod as pod_families
-from exporter.families import podgroup as podgroup_families
-from exporter.families import queue as queue_families
-from exporter.families.base import Family, escape
-from exporter.families.compat import NO_CONTAINERS
-from exporter.kinds import CronJob, HyperNode, JobFlow
-from exporter.kube.informer import DELETED
-from exporter.model import Job, Pod, PodGroup, Queue
-from exporter.podrequests import Resources
-from exporter.quantity import resource_label_and_unit
-from exporter.rows import Deflated, Rows, Stale, deflate, gzip_stream
-from exporter.waiting import WaitingJobs
+from volcano_monitor.core.containers import NO_CONTAINERS
+from volcano_monitor.core.eviction import EvictionEvent, parse_eviction_event
+from volcano_monitor.core.exposition import Family, escape
+from volcano_monitor.core.kinds import CronJob, HyperNode, JobFlow
+from volcano_monitor.core.kube.informer import DELETED
+from volcano_monitor.core.model import Job, Pod, PodGroup, Queue
+from volcano_monitor.core.podrequests import Resources
+from volcano_monitor.core.quantity import resource_label_and_unit
+from volcano_monitor.exporter.cardinality import ALL, DEFAULTS, FamilyFilter, ObjectCaps, Options, with_labels
+from volcano_monitor.exporter.families import compat as compat_families
+from volcano_monitor.exporter.families import cronjob as cronjob_families
+from volcano_monitor.exporter.families import evictions as eviction_families
+from volcano_monitor.exporter.families import hierarchy, queue_wait
+from volcano_monitor.exporter.families import hypernode as hypernode_families
+from volcano_monitor.exporter.families import job as job_families
+from volcano_monitor.exporter.families import jobflow as jobflow_families
+from volcano_monitor.exporter.families import pod as pod_families
+from volcano_monitor.exporter.families import podgroup as podgroup_families
+from volcano_monitor.exporter.families import queue as queue_families
+from volcano_monitor.exporter.rows import Deflated, Rows, Stale, deflate, gzip_stream
+from volcano_monitor.exporter.waiting import WaitingJobs
 
 log = logging.getLogger(__name__)
 

@@ -1,5 +1,5 @@
 """The store's part for `volcano_job_pending_reason`: the waiting jobs of one shard, the queue tree and
-the rendered reasons, kept current on events (the explanation itself is `exporter.pending`).
+the rendered reasons, kept current on events (the explanation itself is `core.pending`).
 
 Every shard keeps the Queues and the waiting PodGroups; each explains its own Jobs and its own PodGroups
 of other operators. A job's row is redone when the job or its group changes. The queue-dependent part (a
@@ -12,10 +12,8 @@ from __future__ import annotations
 
 from collections.abc import Callable, Mapping
 
-from exporter.cardinality import FamilyFilter
-from exporter.families import job as job_families
-from exporter.model import Job, PodGroup, Queue
-from exporter.pending import (
+from volcano_monitor.core.model import Job, PodGroup, Queue
+from volcano_monitor.core.pending import (
     Explanation,
     Verdict,
     VerdictKey,
@@ -27,7 +25,9 @@ from exporter.pending import (
     verdict,
     verdict_key,
 )
-from exporter.rows import Rows
+from volcano_monitor.exporter.cardinality import FamilyFilter
+from volcano_monitor.exporter.families import job as job_families
+from volcano_monitor.exporter.rows import Rows
 
 GroupKey = tuple[str, str]  # (namespace, podgroup name)
 PODGROUP_PREFIX = "podgroup:"  # row keys of PodGroups explained without a Volcano Job

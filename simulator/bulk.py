@@ -10,13 +10,21 @@ from __future__ import annotations
 import gc
 import math
 
-from simulator import objects as o
-from simulator.quantity import Resources, add, format_resources
-from simulator.resources import JOBS, NAMESPACES, NODES, PODGROUPS, PODS, QUEUES
-from simulator.scenario import BulkSpec, NodeSpec, QueueSpec, TaskSpec, Workload
-from simulator.state import PodSim, RunSim, make_node, min_resources, rfc3339, stable_uuid, task_requests
-from simulator.store import Store
-from simulator.usage import LIGHT
+from volcano_monitor.simulator import objects as o
+from volcano_monitor.simulator.quantity import Resources, add, format_resources
+from volcano_monitor.simulator.resources import JOBS, NAMESPACES, NODES, PODGROUPS, PODS, QUEUES
+from volcano_monitor.simulator.scenario import BulkSpec, NodeSpec, QueueSpec, TaskSpec, Workload
+from volcano_monitor.simulator.state import (
+    PodSim,
+    RunSim,
+    make_node,
+    min_resources,
+    rfc3339,
+    stable_uuid,
+    task_requests,
+)
+from volcano_monitor.simulator.store import Store
+from volcano_monitor.simulator.usage import LIGHT
 
 
 def populate(store: Store, spec: BulkSpec, t: float) -> None:

@@ -7,7 +7,7 @@ own error bodies on a mismatch, so a wrong signing scheme fails here exactly as 
 production. `fail()` injects outages (HTTP 5xx, service error codes, hangs) for the next requests.
 Failed and refused requests are counted in `rejected`, never stored.
 
-    python -m simulator.chatinbox --listen 127.0.0.1:9748      # prints one line per message
+    python -m volcano_monitor.simulator.chatinbox --listen 127.0.0.1:9748      # prints one line per message
     curl -s http://127.0.0.1:9748/messages                      # what arrived, as JSON
 """
 
@@ -313,7 +313,7 @@ def _secret(value: str) -> tuple[str, str]:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m simulator.chatinbox",
+    parser = argparse.ArgumentParser(prog="python -m volcano_monitor.simulator.chatinbox",
                                      description="A local chat inbox for the watchdog's notifications.")
     parser.add_argument("--listen", type=_listen, default=os.environ.get("VOLCANO_CHATINBOX_LISTEN", "127.0.0.1:9748"),
                         help="HOST:PORT (env VOLCANO_CHATINBOX_LISTEN; default 127.0.0.1:9748)")

@@ -11,11 +11,11 @@ import sys
 
 from aiohttp import web
 
-from exporter.flags import Parser, env_flag, host_port, log_level_flag, positive_float
-from simulator.releases import release_name, release_store
-from simulator.runtime import bind_socket, write_kubeconfig
-from simulator.scenario import SCENARIOS
-from simulator.server import ApiServer
+from volcano_monitor.core.flags import Parser, env_flag, host_port, log_level_flag, positive_float
+from volcano_monitor.simulator.releases import release_name, release_store
+from volcano_monitor.simulator.runtime import bind_socket, write_kubeconfig
+from volcano_monitor.simulator.scenario import SCENARIOS
+from volcano_monitor.simulator.server import ApiServer
 
 log = logging.getLogger("volcano-sim")
 
@@ -53,7 +53,7 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 async def serve(args: argparse.Namespace) -> None:
-    from simulator.driver import Driver
+    from volcano_monitor.simulator.driver import Driver
 
     store = release_store(args.volcano_release)
     driver = Driver(store, args.scenario, args.speed)

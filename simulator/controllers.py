@@ -5,13 +5,13 @@ from __future__ import annotations
 import functools
 import logging
 
-from simulator import objects as o
-from simulator.preempt import Preemption, priority
-from simulator.quantity import Resources
-from simulator.resources import CRONJOBS, JOBS, NODES, PODGROUPS, PODS, QUEUES
-from simulator.scenario import TaskSpec, Workload
-from simulator.scheduler import QueueView, gang_message, headroom, place, queue_chain, queue_view, take
-from simulator.state import (
+from volcano_monitor.simulator import objects as o
+from volcano_monitor.simulator.preempt import Preemption, priority
+from volcano_monitor.simulator.quantity import Resources
+from volcano_monitor.simulator.resources import CRONJOBS, JOBS, NODES, PODGROUPS, PODS, QUEUES
+from volcano_monitor.simulator.scenario import TaskSpec, Workload
+from volcano_monitor.simulator.scheduler import QueueView, gang_message, headroom, place, queue_chain, queue_view, take
+from volcano_monitor.simulator.state import (
     TERMINAL_JOB_PHASES,
     NodeSim,
     Obj,
@@ -22,7 +22,7 @@ from simulator.state import (
     rfc3339,
     task_requests,
 )
-from simulator.store import ApiError
+from volcano_monitor.simulator.store import ApiError
 
 log = logging.getLogger(__name__)
 

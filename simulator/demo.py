@@ -13,8 +13,8 @@ import time
 from pathlib import Path
 from typing import Any
 
-from exporter.flags import Parser
-from simulator.stack import Stack, alertmanager_binary, alertmanager_config, prometheus_config
+from volcano_monitor.core.flags import Parser
+from volcano_monitor.simulator.stack import Stack, alertmanager_binary, alertmanager_config, prometheus_config
 
 ROOT = Path(__file__).resolve().parent.parent
 BIN = Path(sys.executable).parent  # the venv's scripts: printed commands must run as printed
@@ -67,16 +67,18 @@ def main(argv: list[str] | None = None) -> int:
     with_prometheus = shutil.which("prometheus") is not None
     with_alertmanager = with_prometheus and alertmanager_binary() is not None
     try:
-        stack.start_python("chat-inbox", "simulator.chatinbox", "--listen", f"127.0.0.1:{args.chat_port}",
+        stack.start_python("chat-inbox", "volcano_monitor.simulator.chatinbox", "--listen",
+                           f"127.0.0.1:{args.chat_port}",
                            ready_url=chat_url + "/messages")
-        stack.start_python("volcano-sim", "simulator.cli", "--listen", f"127.0.0.1:{args.sim_port}",
+        stack.start_python("volcano-sim", "volcano_monitor.simulator.cli", "--listen", f"127.0.0.1:{args.sim_port}",
                            "--kubeconfig-out", str(kubeconfig), "--speed", args.speed, ready_url=sim_url + "/healthz")
-        stack.start_python("volcano-exporter", "exporter.cli", "--kubeconfig", str(kubeconfig),
+        stack.start_python("volcano-exporter", "volcano_monitor.exporter.cli", "--kubeconfig", str(kubeconfig),
                            "--listen", f"127.0.0.1:{args.exporter_port}", ready_url=exporter_url + "/readyz")
         prometheus = url(args.prometheus_port)
         config = stack.write_yaml("watchdog.yaml", demo_watchdog_config(
             chat_url + "/webhook/demo", watchdog_url, prometheus if with_prometheus else None))
-        stack.start_python("volcano-watchdog", "watchdog.cli", "--kubeconfig", str(kubeconfig), "--database-url",
+        stack.start_python("volcano-watchdog", "volcano_monitor.watchdog.cli", "--kubeconfig", str(kubeconfig),
+                           "--database-url",
                            f"sqlite:///{workdir / 'watchdog.db'}", "--listen", f"127.0.0.1:{args.watchdog_port}",
                            "--config", str(config), ready_url=watchdog_url + "/readyz", timeout=90)
         extra = ""

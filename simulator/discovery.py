@@ -5,8 +5,8 @@ from __future__ import annotations
 from collections.abc import Collection
 from typing import Any
 
-from simulator.resources import BASE_TYPES, GROUP_PREFERRED_VERSION, ResourceType
-from simulator.store import ApiError
+from volcano_monitor.simulator.resources import BASE_TYPES, GROUP_PREFERRED_VERSION, ResourceType
+from volcano_monitor.simulator.store import ApiError
 
 VERSION = {
     "major": "1",

@@ -25,15 +25,15 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-from simulator import extras
-from simulator import objects as o
-from simulator.bulk import populate
-from simulator.controllers import Controllers
-from simulator.resources import JOBS, NAMESPACES, NODES, PODS, QUEUES, ResourceType
-from simulator.scenario import SCENARIOS
-from simulator.state import make_node
-from simulator.store import Store, WatchEvent
-from simulator.usage import render_prometheus
+from volcano_monitor.simulator import extras
+from volcano_monitor.simulator import objects as o
+from volcano_monitor.simulator.bulk import populate
+from volcano_monitor.simulator.controllers import Controllers
+from volcano_monitor.simulator.resources import JOBS, NAMESPACES, NODES, PODS, QUEUES, ResourceType
+from volcano_monitor.simulator.scenario import SCENARIOS
+from volcano_monitor.simulator.state import make_node
+from volcano_monitor.simulator.store import Store, WatchEvent
+from volcano_monitor.simulator.usage import render_prometheus
 
 log = logging.getLogger(__name__)
 

@@ -16,13 +16,13 @@ from collections import deque
 from collections.abc import Callable
 from typing import Any
 
-from simulator import objects as o
-from simulator.quantity import Resources, add, format_resources
-from simulator.resources import EVENTS, JOBS, PODGROUPS, PODS, QUEUES, ResourceType
-from simulator.scenario import Scenario
-from simulator.scheduler import queue_chain, queue_view
-from simulator.state import JOB_API, NodeSim, Obj, PodSim, RunSim, pod_counts, rfc3339
-from simulator.store import Store
+from volcano_monitor.simulator import objects as o
+from volcano_monitor.simulator.quantity import Resources, add, format_resources
+from volcano_monitor.simulator.resources import EVENTS, JOBS, PODGROUPS, PODS, QUEUES, ResourceType
+from volcano_monitor.simulator.scenario import Scenario
+from volcano_monitor.simulator.scheduler import queue_chain, queue_view
+from volcano_monitor.simulator.state import JOB_API, NodeSim, Obj, PodSim, RunSim, pod_counts, rfc3339
+from volcano_monitor.simulator.store import Store
 
 REF_TYPES = {"Pod": PODS, "PodGroup": PODGROUPS, "Job": JOBS}
 SCHEDULE_DELAY = 1.0  # scenario seconds: Volcano's schedule period

@@ -14,13 +14,13 @@ import functools
 from collections import defaultdict
 from typing import TYPE_CHECKING, Any
 
-from simulator import objects as o
-from simulator.resources import CRONJOBS, HYPERNODES, JOBFLOWS
-from simulator.scenario import CRON_WORKLOADS
-from simulator.state import JOB_API, RunSim, rfc3339
+from volcano_monitor.simulator import objects as o
+from volcano_monitor.simulator.resources import CRONJOBS, HYPERNODES, JOBFLOWS
+from volcano_monitor.simulator.scenario import CRON_WORKLOADS
+from volcano_monitor.simulator.state import JOB_API, RunSim, rfc3339
 
 if TYPE_CHECKING:
-    from simulator.controllers import Controllers
+    from volcano_monitor.simulator.controllers import Controllers
 
 Obj = dict[str, Any]
 TOPOLOGY_API = "topology.volcano.sh/v1alpha1"

@@ -6,11 +6,11 @@ from __future__ import annotations
 
 import math
 
-from simulator.engine import Engine
-from simulator.quantity import add, parse_quantity
-from simulator.resources import NODE_METRICS, POD_METRICS, PODS
-from simulator.state import NodeSim, PodSim, rfc3339
-from simulator.usage import ContainerUsage, node_metrics, pod_metrics
+from volcano_monitor.simulator.engine import Engine
+from volcano_monitor.simulator.quantity import add, parse_quantity
+from volcano_monitor.simulator.resources import NODE_METRICS, POD_METRICS, PODS
+from volcano_monitor.simulator.state import NodeSim, PodSim, rfc3339
+from volcano_monitor.simulator.usage import ContainerUsage, node_metrics, pod_metrics
 
 # Scenario seconds.
 START_DELAY = 3.0  # bound -> container running (CPU images)

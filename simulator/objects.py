@@ -5,9 +5,9 @@ from __future__ import annotations
 
 import math
 
-from simulator.quantity import Resources, format_bytes, format_cpu, format_quantity, format_resources
-from simulator.scenario import GPU_TOLERATION, PRIORITY_CLASSES, QueueSpec, TaskSpec
-from simulator.state import (
+from volcano_monitor.simulator.quantity import Resources, format_bytes, format_cpu, format_quantity, format_resources
+from volcano_monitor.simulator.scenario import GPU_TOLERATION, PRIORITY_CLASSES, QueueSpec, TaskSpec
+from volcano_monitor.simulator.state import (
     JOB_API,
     KUBEFLOW_API,
     NodeSim,

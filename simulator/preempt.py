@@ -16,11 +16,11 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 
-from simulator.kubelet import GRACE_RUNNING, Kubelet
-from simulator.quantity import Resources
-from simulator.scenario import PRIORITY_CLASSES, TaskSpec, Workload
-from simulator.scheduler import node_reasons
-from simulator.state import NodeSim, PodSim, RunSim
+from volcano_monitor.simulator.kubelet import GRACE_RUNNING, Kubelet
+from volcano_monitor.simulator.quantity import Resources
+from volcano_monitor.simulator.scenario import PRIORITY_CLASSES, TaskSpec, Workload
+from volcano_monitor.simulator.scheduler import node_reasons
+from volcano_monitor.simulator.state import NodeSim, PodSim, RunSim
 
 EVICT_MESSAGE = "Pod is evicted, because of {}"
 

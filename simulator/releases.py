@@ -24,7 +24,7 @@ from typing import Any
 
 import yaml
 
-from simulator.resources import (
+from volcano_monitor.simulator.resources import (
     BASE_TYPES,
     CRONJOBS,
     HYPERNODES,
@@ -34,7 +34,7 @@ from simulator.resources import (
     QUEUES,
     ResourceType,
 )
-from simulator.store import Store
+from volcano_monitor.simulator.store import Store
 
 Obj = dict[str, Any]
 

@@ -15,9 +15,9 @@ from typing import Any, TypeVar
 import yaml
 from aiohttp import web
 
-from simulator.releases import release_store
-from simulator.server import ApiServer, Faults
-from simulator.store import Store
+from volcano_monitor.simulator.releases import release_store
+from volcano_monitor.simulator.server import ApiServer, Faults
+from volcano_monitor.simulator.store import Store
 
 T = TypeVar("T")
 
@@ -66,7 +66,7 @@ class SimulatorThread:
         self.faults = Faults()
         self.driver: Any = None
         if scenario is not None:
-            from simulator.driver import Driver  # the driver pulls in scenario data only when asked
+            from volcano_monitor.simulator.driver import Driver  # the driver pulls in scenario data only when asked
 
             self.driver = Driver(self.store, scenario, speed, **scenario_params)
         self.api = ApiServer(self.store, self.faults, bookmark_interval, metrics_source=self.driver)

@@ -10,7 +10,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
 from typing import Any, Literal
 
-from simulator.usage import (
+from volcano_monitor.simulator.usage import (
     BUSY,
     IDLE_GPU,
     LIGHT,

@@ -7,8 +7,8 @@ from collections import Counter
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 
-from simulator.quantity import Resources, parse_quantity
-from simulator.state import NodeSim, PodSim, RunSim
+from volcano_monitor.simulator.quantity import Resources, parse_quantity
+from volcano_monitor.simulator.state import NodeSim, PodSim, RunSim
 
 Headroom = dict[str, Resources | None]  # queue -> capability minus allocated; None: no capability
 

@@ -6,7 +6,7 @@ import re
 from collections.abc import Callable
 from typing import Any
 
-from simulator.store import ApiError
+from volcano_monitor.simulator.store import ApiError
 
 Predicate = Callable[[dict[str, Any]], bool]
 

@@ -15,11 +15,11 @@ from typing import Any
 import orjson
 from aiohttp import web
 
-from simulator import discovery
-from simulator.resources import ResourceType, find_type
-from simulator.selectors import Predicate, combine, field_selector, label_selector
-from simulator.store import JSON_PATCH, MERGE_PATCH, ApiError, Store, WatchEvent
-from simulator.tables import table
+from volcano_monitor.simulator import discovery
+from volcano_monitor.simulator.resources import ResourceType, find_type
+from volcano_monitor.simulator.selectors import Predicate, combine, field_selector, label_selector
+from volcano_monitor.simulator.store import JSON_PATCH, MERGE_PATCH, ApiError, Store, WatchEvent
+from volcano_monitor.simulator.tables import table
 
 JSON = "application/json"
 DEFAULT_WATCH_TIMEOUT = 1800.0

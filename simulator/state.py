@@ -8,9 +8,9 @@ import uuid
 from dataclasses import dataclass, field
 from typing import Any
 
-from simulator.quantity import GIB, Resources, parse_quantity, parse_resources
-from simulator.scenario import NodeSpec, TaskSpec, Workload
-from simulator.usage import ContainerUsage, GpuDevice
+from volcano_monitor.simulator.quantity import GIB, Resources, parse_quantity, parse_resources
+from volcano_monitor.simulator.scenario import NodeSpec, TaskSpec, Workload
+from volcano_monitor.simulator.usage import ContainerUsage, GpuDevice
 
 Obj = dict[str, Any]
 

@@ -19,7 +19,7 @@ from typing import Any
 import jsonpatch
 import orjson
 
-from simulator.resources import BASE_TYPES, ResourceType
+from volcano_monitor.simulator.resources import BASE_TYPES, ResourceType
 
 Obj = dict[str, Any]
 Key = tuple[str, str]  # (namespace or "", name)

@@ -8,7 +8,7 @@ from collections.abc import Callable
 from datetime import datetime
 from typing import Any
 
-from simulator.resources import JOBS, NAMESPACES, NODES, PODGROUPS, PODS, QUEUES, ResourceType
+from volcano_monitor.simulator.resources import JOBS, NAMESPACES, NODES, PODGROUPS, PODS, QUEUES, ResourceType
 
 Obj = dict[str, Any]
 Column = tuple[str, str, int, Callable[[Obj], Any]]  # name, type, priority, cell

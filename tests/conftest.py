@@ -2,7 +2,13 @@
 
 from __future__ import annotations
 
+import importlib.abc
+import importlib.machinery
 import os
+import sys
+from collections.abc import Sequence
+from importlib.machinery import ModuleSpec
+from pathlib import Path
 
 from hypothesis import settings
 
@@ -12,3 +18,25 @@ settings.register_profile("ci", max_examples=200, deadline=None)
 settings.register_profile("dev", max_examples=25, deadline=None)
 settings.register_profile("long", max_examples=2000, deadline=None)  # on demand: HYPOTHESIS_PROFILE=long
 settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "ci"))
+
+
+class _OneNamePerModule(importlib.abc.MetaPathFinder):
+    """The repository's top-level folders are importable only as `volcano_monitor.<part>`: pytest puts the
+    repository root on sys.path (for `tests.*`), which would also make `exporter`, `watchdog`, ... importable
+    under their bare names, as second copies of the same modules. Refuse those, so a stray bare import fails
+    here as it would in an installed wheel; a bare `watchdog` finds PyPI's package if one is installed."""
+
+    def find_spec(self, fullname: str, path: Sequence[str] | None, target: object = None) -> ModuleSpec | None:
+        if path is not None or fullname not in PARTS:
+            return None
+        elsewhere = [p for p in sys.path if Path(p or ".").resolve() != ROOT]
+        spec = importlib.machinery.PathFinder.find_spec(fullname, elsewhere)
+        if spec is None:
+            raise ModuleNotFoundError(f"No module named {fullname!r} (import volcano_monitor.{fullname})",
+                                      name=fullname)
+        return spec
+
+
+ROOT = Path(__file__).resolve().parents[1]
+PARTS = frozenset({"core", "exporter", "watchdog", "simulator", "dashboards"})
+sys.meta_path.insert(0, _OneNamePerModule())

@@ -9,8 +9,8 @@ from typing import Any
 
 from kubernetes import client
 
-from exporter.kube.config import api_client
-from simulator.runtime import SimulatorThread, write_kubeconfig
+from volcano_monitor.core.kube.config import api_client
+from volcano_monitor.simulator.runtime import SimulatorThread, write_kubeconfig
 
 # ../shared next to the checkout (/work/main -> /work/shared); a git worktree one level deeper
 # (/work/wt/NAME) finds the same directory further up.

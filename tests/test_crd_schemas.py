@@ -7,11 +7,11 @@ from typing import Any
 import pytest
 import yaml
 
-from simulator.driver import Driver
-from simulator.resources import JOBS, PODGROUPS, QUEUES, ResourceType
-from simulator.store import Store, WatchEvent
 from tests.crdschema import schema_errors
 from tests.simtools import SHARED
+from volcano_monitor.simulator.driver import Driver
+from volcano_monitor.simulator.resources import JOBS, PODGROUPS, QUEUES, ResourceType
+from volcano_monitor.simulator.store import Store, WatchEvent
 
 EXAMPLES = sorted((SHARED / "volcano" / "examples").glob("*.yaml"))
 

@@ -30,14 +30,14 @@ from sqlalchemy import ColumnElement, Engine, func, select
 from sqlalchemy.exc import SQLAlchemyError
 from sqlalchemy.orm import Session
 
-from watchdog import recommend
-from watchdog.config import Settings
-from watchdog.db.models import Alert, AlertRequest, JobRun, UsageRollup
-from watchdog.metrics import CONTENT_TYPE, RecommendationCache, render_metrics
-from watchdog.notify.api import add_notification_routes
-from watchdog.notify.outbox import Outbox
-from watchdog.report.api import report_router
-from watchdog.ui import ui_router
+from volcano_monitor.watchdog import recommend
+from volcano_monitor.watchdog.config import Settings
+from volcano_monitor.watchdog.db.models import Alert, AlertRequest, JobRun, UsageRollup
+from volcano_monitor.watchdog.metrics import CONTENT_TYPE, RecommendationCache, render_metrics
+from volcano_monitor.watchdog.notify.api import add_notification_routes
+from volcano_monitor.watchdog.notify.outbox import Outbox
+from volcano_monitor.watchdog.report.api import report_router
+from volcano_monitor.watchdog.ui import ui_router
 
 log = logging.getLogger(__name__)
 

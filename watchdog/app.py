@@ -32,34 +32,35 @@ from sqlalchemy import Engine, delete, select
 from sqlalchemy.exc import InterfaceError, OperationalError, SQLAlchemyError
 from sqlalchemy.orm import Session
 
-from exporter.kube.informer import Backoff, Informer
-from exporter.kube.resources import EVENTS, JOBS, PODGROUPS, PODS, QUEUES, ResourceKind
-from exporter.model import Pod, parse_job, parse_pod, parse_podgroup, parse_queue
-from exporter.podview import is_volcano_pod
-from watchdog.alerts import FIRING, RESOLVED, AlertBook, Transition
-from watchdog.capability.store import CapabilityChange
-from watchdog.cluster import ClusterIndex
-from watchdog.config import Settings
-from watchdog.db.engine import describe_error, migrate
-from watchdog.db.models import Alert, AlertRequest
-from watchdog.detectors.base import Signal, fingerprint
-from watchdog.detectors.failure import FailureDetector
-from watchdog.detectors.gang import GangDetector
-from watchdog.detectors.queue import QueueDetector
-from watchdog.detectors.waste import WasteDetector
-from watchdog.events import SchedulerNotes, about_podgroup
-from watchdog.leader import AlwaysLeader
-from watchdog.ledger import Ledger, deleted_rows
-from watchdog.notify.describe import alert_item
-from watchdog.notify.message import AlertItem, rfc3339
-from watchdog.notify.outbox import NOTICE_LABEL, Outbox, forget_delivered
-from watchdog.notify.sender import Leader, Notifier
-from watchdog.observe import LEDGER_JOB, LEDGER_PODGROUP, SIGNALS, Observer, Write
-from watchdog.recommend import HistogramBook, Recommendation
-from watchdog.retention import run_retention
-from watchdog.usage.metrics_api import MetricsApiCollector
-from watchdog.usage.prometheus import PrometheusCollector
-from watchdog.usage.recorder import UsageRecorder
+from volcano_monitor.core.backoff import Backoff
+from volcano_monitor.core.kube.informer import Informer
+from volcano_monitor.core.kube.resources import EVENTS, JOBS, PODGROUPS, PODS, QUEUES, ResourceKind
+from volcano_monitor.core.model import Pod, parse_job, parse_pod, parse_podgroup, parse_queue
+from volcano_monitor.core.podview import is_volcano_pod
+from volcano_monitor.watchdog.alerts import FIRING, RESOLVED, AlertBook, Transition
+from volcano_monitor.watchdog.capability.store import CapabilityChange
+from volcano_monitor.watchdog.cluster import ClusterIndex
+from volcano_monitor.watchdog.config import Settings
+from volcano_monitor.watchdog.db.engine import describe_error, migrate
+from volcano_monitor.watchdog.db.models import Alert, AlertRequest
+from volcano_monitor.watchdog.detectors.base import Signal, fingerprint
+from volcano_monitor.watchdog.detectors.failure import FailureDetector
+from volcano_monitor.watchdog.detectors.gang import GangDetector
+from volcano_monitor.watchdog.detectors.queue import QueueDetector
+from volcano_monitor.watchdog.detectors.waste import WasteDetector
+from volcano_monitor.watchdog.events import SchedulerNotes, about_podgroup
+from volcano_monitor.watchdog.leader import AlwaysLeader
+from volcano_monitor.watchdog.ledger import Ledger, deleted_rows
+from volcano_monitor.watchdog.notify.describe import alert_item
+from volcano_monitor.watchdog.notify.message import AlertItem, rfc3339
+from volcano_monitor.watchdog.notify.outbox import NOTICE_LABEL, Outbox, forget_delivered
+from volcano_monitor.watchdog.notify.sender import Leader, Notifier
+from volcano_monitor.watchdog.observe import LEDGER_JOB, LEDGER_PODGROUP, SIGNALS, Observer, Write
+from volcano_monitor.watchdog.recommend import HistogramBook, Recommendation
+from volcano_monitor.watchdog.retention import run_retention
+from volcano_monitor.watchdog.usage.metrics_api import MetricsApiCollector
+from volcano_monitor.watchdog.usage.prometheus import PrometheusCollector
+from volcano_monitor.watchdog.usage.recorder import UsageRecorder
 
 log = logging.getLogger(__name__)
 

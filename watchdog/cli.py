@@ -15,11 +15,18 @@ from sqlalchemy import Engine
 from sqlalchemy.exc import SQLAlchemyError
 from sqlalchemy.orm import Session
 
-from exporter.flags import Parser, env_flag, host_port, log_level_flag
-from exporter.kube.config import ClusterConfigError, load_configuration
-from watchdog.config import ConfigError, Settings, load
-from watchdog.db.engine import NotReadable, check_readable, describe_error, display_url, make_engine, migrate
-from watchdog.recommend import compute_recommendations, render
+from volcano_monitor.core.flags import Parser, env_flag, host_port, log_level_flag
+from volcano_monitor.core.kube.config import ClusterConfigError, load_configuration
+from volcano_monitor.watchdog.config import ConfigError, Settings, load
+from volcano_monitor.watchdog.db.engine import (
+    NotReadable,
+    check_readable,
+    describe_error,
+    display_url,
+    make_engine,
+    migrate,
+)
+from volcano_monitor.watchdog.recommend import compute_recommendations, render
 
 log = logging.getLogger("volcano-watchdog")
 
@@ -92,8 +99,8 @@ def read_only(settings: Settings, what: str, read: Callable[[Session], str]) -> 
 
 def run_report(settings: Settings, args: argparse.Namespace) -> int:
     """Read-only like `recommend`: never creates or migrates the database it reads, and names it."""
-    from watchdog.report.compute import compute_report, parse_moment
-    from watchdog.report.render import render as render_report
+    from volcano_monitor.watchdog.report.compute import compute_report, parse_moment
+    from volcano_monitor.watchdog.report.render import render as render_report
 
     now = datetime.now(UTC)
     try:
@@ -119,18 +126,18 @@ def run_watchdog(settings: Settings) -> int:
         def capture_signals(self) -> Iterator[None]:
             yield
 
-    from exporter import memory
-    from exporter.kube.config import api_client
-    from watchdog.api import CollectorHealth, Health, QueueView, create_app
-    from watchdog.app import Watchdog
-    from watchdog.capability.api import capability_router
-    from watchdog.capability.controller import CapabilityController
-    from watchdog.capability.metrics import render_capability_metrics
-    from watchdog.leader import make_leader
-    from watchdog.report.digest import DigestScheduler
-    from watchdog.why import why_router
+    from volcano_monitor.core import memory
+    from volcano_monitor.core.kube.config import api_client
+    from volcano_monitor.watchdog.api import CollectorHealth, Health, QueueView, create_app
+    from volcano_monitor.watchdog.app import Watchdog
+    from volcano_monitor.watchdog.capability.api import capability_router
+    from volcano_monitor.watchdog.capability.controller import CapabilityController
+    from volcano_monitor.watchdog.capability.metrics import render_capability_metrics
+    from volcano_monitor.watchdog.leader import make_leader
+    from volcano_monitor.watchdog.report.digest import DigestScheduler
+    from volcano_monitor.watchdog.why import why_router
 
-    memory.tune_allocator()  # before any thread starts (see exporter/memory.py)
+    memory.tune_allocator()  # before any thread starts (see core/memory.py)
     host, port = host_port(settings.listen)
     try:  # before anything starts: a taken port is one line and exit 2, as for the exporter
         listener = socket.create_server((host, port), family=socket.AF_INET6 if ":" in host else socket.AF_INET,
@@ -202,8 +209,8 @@ def run_notify_test(settings: Settings, receiver_name: str) -> int:
 
     import httpx
 
-    from watchdog.notify.channels import build_channel, send
-    from watchdog.notify.sample import sample_message
+    from volcano_monitor.watchdog.notify.channels import build_channel, send
+    from volcano_monitor.watchdog.notify.sample import sample_message
 
     receivers = {r.name: r for r in settings.notifications.receivers}
     receiver = receivers.get(receiver_name)

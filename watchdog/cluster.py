@@ -1,7 +1,7 @@
 """What the watchdog knows of the cluster right now, built from informer events: which job, task,
 queue and workload each pod belongs to (so a usage sample can be attributed), each queue's
 capability and allocation (for the API), and the live Jobs and PodGroups by UID (why one is pending,
-`exporter.pending`, for the API). Mutated only by the watchdog's worker thread; readers from other
+`core.pending`, for the API). Mutated only by the watchdog's worker thread; readers from other
 threads take the lock."""
 
 from __future__ import annotations
@@ -9,12 +9,12 @@ from __future__ import annotations
 import threading
 from dataclasses import dataclass
 
-from exporter.kube.informer import DELETED
-from exporter.model import Job, Pod, PodGroup, Queue, res_dict, res_get
-from exporter.pending import Explanation, explain, group_waiting, is_job_group, job_waiting
-from exporter.podrequests import Resources
-from watchdog.usage.samples import PodInfo
-from watchdog.workload import CRON_OWNER_KIND, workload_name
+from volcano_monitor.core.kube.informer import DELETED
+from volcano_monitor.core.model import Job, Pod, PodGroup, Queue, res_dict, res_get
+from volcano_monitor.core.pending import Explanation, explain, group_waiting, is_job_group, job_waiting
+from volcano_monitor.core.podrequests import Resources
+from volcano_monitor.watchdog.usage.samples import PodInfo
+from volcano_monitor.watchdog.workload import CRON_OWNER_KIND, workload_name
 
 
 def gpu_count(resources: Resources) -> float:

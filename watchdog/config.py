@@ -16,10 +16,10 @@ from typing import Any, Literal
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, SecretStr, ValidationError, field_validator, model_validator
 
-from exporter.flags import host_port
-from watchdog.capability.settings import CapabilitySettings
-from watchdog.notify.settings import LeaderElection, Notifications, parse_duration
-from watchdog.report.cron import parse_cron
+from volcano_monitor.core.flags import host_port
+from volcano_monitor.watchdog.capability.settings import CapabilitySettings
+from volcano_monitor.watchdog.notify.settings import LeaderElection, Notifications, parse_duration
+from volcano_monitor.watchdog.report.cron import parse_cron
 
 ENV_PREFIX = "VOLCANO_WATCHDOG_"
 CLI_ONLY_ENV = {"VOLCANO_WATCHDOG_CONFIG", "VOLCANO_WATCHDOG_LOG_LEVEL"}

@@ -1,4 +1,4 @@
-"""docs/configuration.md, generated from the settings models: `python -m watchdog.configdoc`."""
+"""docs/configuration.md, generated from the settings models: `python -m volcano_monitor.watchdog.configdoc`."""
 
 from __future__ import annotations
 
@@ -7,11 +7,11 @@ from typing import Any
 
 from pydantic import BaseModel, SecretStr
 
-from watchdog.config import ENV_PREFIX, Settings
+from volcano_monitor.watchdog.config import ENV_PREFIX, Settings
 
 INTRO = """# Watchdog configuration
 
-Generated from `watchdog/config.py` by `python -m watchdog.configdoc > docs/configuration.md`; a test
+Generated from `watchdog/config.py` by `python -m volcano_monitor.watchdog.configdoc > docs/configuration.md`; a test
 fails when it is out of date.
 
 Settings come from a YAML file (`--config FILE`), then `VOLCANO_WATCHDOG_*` environment variables,

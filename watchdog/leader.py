@@ -35,8 +35,8 @@ import orjson
 import urllib3
 from kubernetes import client
 
-from exporter.kube.resources import LEASES
-from watchdog.notify.settings import LeaderElection
+from volcano_monitor.core.kube.resources import LEASES
+from volcano_monitor.watchdog.notify.settings import LeaderElection
 
 log = logging.getLogger(__name__)
 

@@ -12,7 +12,7 @@ PyTorchJob/TFJob/MPIJob, Spark) are only visible through the PodGroup they creat
 keyed by the PodGroup's UID with kind and name of the group's owner (the same UID the usage
 recorder attributes their pods to). A PodGroup owned by a Volcano Job is that Job's run: skipped.
 
-Times: `started_at` is the Job's start as `exporter.model` reads it (the first Running condition of
+Times: `started_at` is the Job's start as `core.model` reads it (the first Running condition of
 the current run), `finished_at` its terminal condition's time. A deletion is not a finish: a Job
 deleted while Running (real Volcano sends one DELETED event still showing Running, no Terminated
 phase) keeps `finished_at` NULL and gets `object_deleted` and `deleted_at`; so does a run found gone
@@ -37,11 +37,11 @@ from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.orm import Session
 from sqlalchemy.sql.elements import ColumnElement
 
-from exporter.kube.informer import DELETED
-from exporter.model import Job, PodGroup, Resources, res_get
-from watchdog.config import Retention
-from watchdog.db.models import Alert, JobRun, UsageRollup, UsageRollupHourly
-from watchdog.workload import workload_name
+from volcano_monitor.core.kube.informer import DELETED
+from volcano_monitor.core.model import Job, PodGroup, Resources, res_get
+from volcano_monitor.watchdog.config import Retention
+from volcano_monitor.watchdog.db.models import Alert, JobRun, UsageRollup, UsageRollupHourly
+from volcano_monitor.watchdog.workload import workload_name
 
 log = logging.getLogger(__name__)
 

@@ -25,17 +25,17 @@ from sqlalchemy import ColumnElement, case, func, select
 from sqlalchemy.exc import SQLAlchemyError
 from sqlalchemy.orm import InstrumentedAttribute, Session
 
-from exporter.families.base import COUNTER, Family
-from exporter.selfmetrics import version
-from watchdog import recommend
-from watchdog.db.models import Alert, JobRun
-from watchdog.ledger import ended_at
-from watchdog.notify.outbox import outbox_counts
+from volcano_monitor.core.exposition import COUNTER, Family
+from volcano_monitor.core.version import version
+from volcano_monitor.watchdog import recommend
+from volcano_monitor.watchdog.db.models import Alert, JobRun
+from volcano_monitor.watchdog.ledger import ended_at
+from volcano_monitor.watchdog.notify.outbox import outbox_counts
 
 if TYPE_CHECKING:
-    from watchdog.api import Health
-    from watchdog.config import Recommendations
-    from watchdog.recommend import Recommendation
+    from volcano_monitor.watchdog.api import Health
+    from volcano_monitor.watchdog.config import Recommendations
+    from volcano_monitor.watchdog.recommend import Recommendation
 
 log = logging.getLogger(__name__)
 T = TypeVar("T")

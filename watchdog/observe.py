@@ -20,16 +20,16 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from exporter.kube.informer import DELETED
-from exporter.model import Job, Pod, PodGroup, Queue
-from watchdog.cluster import ClusterIndex
-from watchdog.detectors.base import Signal
-from watchdog.detectors.failure import FailureDetector
-from watchdog.detectors.gang import GangDetector
-from watchdog.detectors.queue import QueueDetector
-from watchdog.events import EventView, SchedulerNotes
-from watchdog.recommend import HistogramBook
-from watchdog.usage.recorder import UsageRecorder
+from volcano_monitor.core.kube.informer import DELETED
+from volcano_monitor.core.model import Job, Pod, PodGroup, Queue
+from volcano_monitor.watchdog.cluster import ClusterIndex
+from volcano_monitor.watchdog.detectors.base import Signal
+from volcano_monitor.watchdog.detectors.failure import FailureDetector
+from volcano_monitor.watchdog.detectors.gang import GangDetector
+from volcano_monitor.watchdog.detectors.queue import QueueDetector
+from volcano_monitor.watchdog.events import EventView, SchedulerNotes
+from volcano_monitor.watchdog.recommend import HistogramBook
+from volcano_monitor.watchdog.usage.recorder import UsageRecorder
 
 __all__ = ["LEDGER_JOB", "LEDGER_PODGROUP", "SIGNALS", "Observer", "Write"]
 

@@ -39,9 +39,9 @@ import yaml
 from sqlalchemy import Text, and_, delete, or_, select, type_coerce
 from sqlalchemy.orm import Session
 
-from watchdog.config import Recommendations
-from watchdog.db.models import WorkloadHistogram
-from watchdog.histogram import DecayingHistogram, cpu_histogram, memory_histogram
+from volcano_monitor.watchdog.config import Recommendations
+from volcano_monitor.watchdog.db.models import WorkloadHistogram
+from volcano_monitor.watchdog.histogram import DecayingHistogram, cpu_histogram, memory_histogram
 
 log = logging.getLogger(__name__)
 

@@ -39,9 +39,9 @@ from typing import Any, cast
 from sqlalchemy import CursorResult, Engine, Table, bindparam, delete, select, text
 from sqlalchemy.sql.elements import ColumnElement
 
-from watchdog.config import Settings
-from watchdog.db.models import UsageRollup, UsageRollupHourly, UTCDateTime
-from watchdog.ledger import expired
+from volcano_monitor.watchdog.config import Settings
+from volcano_monitor.watchdog.db.models import UsageRollup, UsageRollupHourly, UTCDateTime
+from volcano_monitor.watchdog.ledger import expired
 
 log = logging.getLogger(__name__)
 

@@ -1,6 +1,6 @@
 """`GET /api/v1/jobs/{uid}/why`: why a live job is not running, from the watchdog's informer state.
 
-The explanation is `exporter.pending`'s, the same the exporter puts on `volcano_job_pending_reason`,
+The explanation is `core.pending`'s, the same the exporter puts on `volcano_job_pending_reason`,
 computed on request from `ClusterIndex` (the Jobs, PodGroups and Queues the worker has observed): a
 request costs one explanation, nothing is kept. Read-only and public like `/api/v1/jobs`: it names
 queues and jobs, nothing of the jobs' data.
@@ -14,8 +14,8 @@ from typing import Annotated
 from fastapi import APIRouter, HTTPException, Path
 from pydantic import BaseModel
 
-from exporter.pending import REASONS
-from watchdog.cluster import WhyPending
+from volcano_monitor.core.pending import REASONS
+from volcano_monitor.watchdog.cluster import WhyPending
 
 Explain = Callable[[str], WhyPending | None]  # ClusterIndex.why
 

@@ -4,8 +4,8 @@ and succeeded, and how many of its Jobs run now. The Jobs themselves are ordinar
 
 from __future__ import annotations
 
-from exporter.families.base import Family
-from exporter.kinds import CronJob
+from volcano_monitor.core.exposition import Family
+from volcano_monitor.core.kinds import CronJob
 
 CRON = ("namespace", "cronjob")
 

@@ -1,5 +1,5 @@
 """`volcano_pod_evictions_total`: evicted and preempted pods per namespace, queue, reason and, where it is
-known, the preemptor's queue (volcano-sh/volcano#4040). What counts as an eviction: see exporter.eviction.
+known, the preemptor's queue (volcano-sh/volcano#4040). What counts as an eviction: see core.eviction.
 
 Each pod counts once, by UID, whichever of its signals (its condition, its status reason, an Event) comes
 first, also across relists: a counted UID is remembered while the pod exists and for `KEEP_SECONDS`
@@ -23,9 +23,9 @@ import time
 from collections import deque
 from collections.abc import Callable
 
-from exporter.eviction import SAME_QUEUE_ACTIONS, EvictionEvent
-from exporter.families.base import COUNTER, Family
-from exporter.podview import Pod
+from volcano_monitor.core.eviction import SAME_QUEUE_ACTIONS, EvictionEvent
+from volcano_monitor.core.exposition import COUNTER, Family
+from volcano_monitor.core.podview import Pod
 
 EVICTIONS = Family("volcano_pod_evictions_total",
                    "Pods evicted or preempted (each pod once), by the queue of the pod, the reason (Volcano's "

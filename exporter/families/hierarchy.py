@@ -1,7 +1,7 @@
 """Queue hierarchy roll-ups: for each queue, what its whole subtree holds and waits for.
 
 Queues form a tree through `spec.parent` (every queue but `root` names one: v1.12's controller
-fills in `root`, and `exporter.model` does the same for a queue without it). Volcano runs jobs in leaf
+fills in `root`, and `core.model` does the same for a queue without it). Volcano runs jobs in leaf
 queues only (its hierarchy design: parents accept no submissions). Two per-queue amounts exist, and
 they roll up differently:
 
@@ -24,8 +24,8 @@ from __future__ import annotations
 from collections import defaultdict
 from collections.abc import Callable, Iterable, Mapping
 
-from exporter.families.base import Family, resource_labels
-from exporter.podrequests import Resources
+from volcano_monitor.core.exposition import Family, resource_labels
+from volcano_monitor.core.podrequests import Resources
 
 NANO = 1_000_000_000
 

@@ -3,8 +3,8 @@ network topology tree network-aware gangs (PodGroup spec.networkTopology) are pl
 
 from __future__ import annotations
 
-from exporter.families.base import Family
-from exporter.kinds import HyperNode
+from volcano_monitor.core.exposition import Family
+from volcano_monitor.core.kinds import HyperNode
 
 H = ("hypernode",)
 

@@ -3,10 +3,10 @@ never started has no start series, and durations exist only once both ends are k
 
 from __future__ import annotations
 
-from exporter.families.base import Family, resource_labels
-from exporter.model import Job
-from exporter.pending import REASONS, Explanation
-from exporter.quantity import resource_label_and_unit
+from volcano_monitor.core.exposition import Family, resource_labels
+from volcano_monitor.core.model import Job
+from volcano_monitor.core.pending import REASONS, Explanation
+from volcano_monitor.core.quantity import resource_label_and_unit
 
 JOB = ("namespace", "job_name")
 

@@ -3,8 +3,8 @@ its phase, how many of its Jobs are in each state, and each Job's state and rest
 
 from __future__ import annotations
 
-from exporter.families.base import Family
-from exporter.kinds import JobFlow
+from volcano_monitor.core.exposition import Family
+from volcano_monitor.core.kinds import JobFlow
 
 FLOW = ("namespace", "jobflow")
 

@@ -5,8 +5,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from exporter.families.base import Family, escape, resource_labels
-from exporter.model import Pod
+from volcano_monitor.core.exposition import Family, escape, resource_labels
+from volcano_monitor.core.model import Pod
 
 INFO = Family("volcano_pod_info", "Volcano attribution of a pod: join on (namespace, pod) to get queue, job, task.",
               ("namespace", "pod", "uid", "job_name", "job_kind", "task", "queue", "podgroup", "node"))

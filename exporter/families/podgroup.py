@@ -2,9 +2,9 @@
 
 from __future__ import annotations
 
-from exporter.families.base import Family, resource_labels
-from exporter.kinds import CONDITION_REASONS, OTHER_REASON, condition_reason
-from exporter.model import PodGroup
+from volcano_monitor.core.exposition import Family, resource_labels
+from volcano_monitor.core.kinds import CONDITION_REASONS, OTHER_REASON, condition_reason
+from volcano_monitor.core.model import PodGroup
 
 GROUP = ("namespace", "podgroup")
 

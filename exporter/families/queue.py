@@ -5,8 +5,8 @@ from __future__ import annotations
 
 from collections.abc import Collection
 
-from exporter.families.base import Family, resource_labels
-from exporter.model import Queue
+from volcano_monitor.core.exposition import Family, resource_labels
+from volcano_monitor.core.model import Queue
 
 Q = ("queue",)
 

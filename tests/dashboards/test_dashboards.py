@@ -12,7 +12,6 @@ from typing import Any
 
 import pytest
 
-from dashboards import generate
 from tests.promql import (
     ROOT,
     documented_labels,
@@ -21,6 +20,7 @@ from tests.promql import (
     promtool_check,
     vector_selectors,
 )
+from volcano_monitor.dashboards import generate
 
 DIR = ROOT / "dashboards"
 DATASOURCE = {"type": "prometheus", "uid": "${datasource}"}
@@ -62,7 +62,8 @@ def _variables(dashboard: dict[str, Any]) -> dict[str, dict[str, Any]]:
 
 def test_committed_json_is_what_the_generator_writes() -> None:
     for name, content in generate.rendered().items():
-        assert (DIR / name).read_text(encoding="utf-8") == content, f"{name}: run `python -m dashboards.generate`"
+        assert (DIR / name).read_text(encoding="utf-8") == content, \
+            f"{name}: run `python -m volcano_monitor.dashboards.generate`"
 
 
 def test_no_stray_dashboard_files() -> None:

@@ -233,7 +233,7 @@ def test_sqlite_with_several_replicas_refuses_to_render() -> None:
 
 
 def test_postgresql_needs_a_url_and_type_must_be_known() -> None:
-    assert "watchdog.database.existingSecret" in render_error("watchdog.database.type=postgresql")
+    assert "volcano_monitor.watchdog.database.existingSecret" in render_error("watchdog.database.type=postgresql")
     assert 'not "mysql"' in render_error("watchdog.database.type=mysql")
 
 
@@ -315,7 +315,7 @@ def test_sharded_exporter_takes_its_shard_from_the_pod_ordinal(tmp_path: Path) -
 def watchdog_settings(docs: list[dict[str, Any]], tmp_path: Path) -> Any:
     """The settings the watchdog container would load: its config file from the rendered Secret and its
     environment, with the downward API and Secret references resolved as the kubelet would."""
-    from watchdog.config import load
+    from volcano_monitor.watchdog.config import load
 
     pod = pod_spec(docs, "-watchdog")
     container = pod["containers"][0]
@@ -416,7 +416,7 @@ def test_compat_families_are_relabeled_for_volcanos_dashboards_only_with_the_val
 
 def test_cardinality_values_reach_the_exporter_as_it_parses_them(tmp_path: Path) -> None:
     """The exporter container's environment, parsed by the exporter's own flag parser."""
-    from exporter.cli import parse_args
+    from volcano_monitor.exporter.cli import parse_args
 
     docs = render(values=(ALL_ON,))
     container = one(docs, "StatefulSet", "-exporter-shard")["spec"]["template"]["spec"]["containers"][0]

@@ -15,9 +15,9 @@ from pathlib import Path
 
 import pytest
 
-from simulator.runtime import SimulatorThread, write_kubeconfig
 from tests.exporter.test_cli import free_port
 from tests.simtools import wait_for
+from volcano_monitor.simulator.runtime import SimulatorThread, write_kubeconfig
 
 ROOT = Path(__file__).resolve().parents[2]
 TAG = "localhost/volcano-monitor:test"

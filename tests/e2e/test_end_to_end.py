@@ -25,14 +25,14 @@ from typing import Any
 import pytest
 import yaml
 
-from dashboards.generate import panel_queries
-from simulator.chatinbox import ChatInbox, InboxMessage
-from simulator.runtime import SimulatorThread, write_kubeconfig
-from simulator.stack import Stack, alertmanager_config, prometheus_config
 from tests.exporter.test_cli import free_port
 from tests.promql import substitute_grafana_variables
 from tests.simtools import wait_for
 from tests.watchdog.harness import FAST_DETECTORS
+from volcano_monitor.dashboards.generate import panel_queries
+from volcano_monitor.simulator.chatinbox import ChatInbox, InboxMessage
+from volcano_monitor.simulator.runtime import SimulatorThread, write_kubeconfig
+from volcano_monitor.simulator.stack import Stack, alertmanager_config, prometheus_config
 
 ROOT = Path(__file__).resolve().parents[2]
 TOKEN = "e2e-token"
@@ -87,7 +87,7 @@ def stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, Any]]:
                  "volcano-watchdog": f"127.0.0.1:{ports['watchdog']}", "cadvisor-dcgm": sim_target},
                 short_rules(tmp), f"127.0.0.1:{ports['alertmanager']}", interval="1s"))
             procs.start_alertmanager(ports["alertmanager"], alertmanager_config(watchdog_url, TOKEN, "1s"))
-            procs.start_python("exporter", "exporter.cli", "--kubeconfig", str(kubeconfig), "--listen",
+            procs.start_python("exporter", "volcano_monitor.exporter.cli", "--kubeconfig", str(kubeconfig), "--listen",
                                f"127.0.0.1:{ports['exporter']}", ready_url=f"http://127.0.0.1:{ports['exporter']}/readyz")
             config = procs.write_yaml("watchdog.yaml", {
                 "api_token": TOKEN, "grafana_url": "http://grafana.example", "detectors": FAST_DETECTORS,
@@ -101,7 +101,8 @@ def stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, Any]]:
                 # dry-run: plans and notices, no patches
                 "capability": {"enabled": True, "mode": "dry-run", "reconcile_interval_seconds": 2, "policies": {
                     "research": {"share": {"fraction": 0.5, "node_selector": {"nvidia.com/gpu.present": "true"}}}}}})
-            procs.start_python("watchdog", "watchdog.cli", "--kubeconfig", str(kubeconfig), "--database-url",
+            procs.start_python("watchdog", "volcano_monitor.watchdog.cli", "--kubeconfig", str(kubeconfig),
+                               "--database-url",
                                f"sqlite:///{tmp / 'watchdog.db'}", "--listen", f"127.0.0.1:{ports['watchdog']}",
                                "--config", str(config), ready_url=f"{watchdog_url}/readyz")
             yield {"inbox": inbox, "prometheus": prom, "procs": procs, "sim": sim}
@@ -171,7 +172,7 @@ def test_demo_config_generators_are_valid_yaml_for_the_tools(tmp_path: Path) -> 
     """The Prometheus and Alertmanager configurations the stack writes pass the tools' own checks."""
     import subprocess
 
-    from simulator.stack import alertmanager_binary
+    from volcano_monitor.simulator.stack import alertmanager_binary
 
     prom = tmp_path / "prometheus.yml"
     prom.write_text(yaml.safe_dump(prometheus_config({"x": "127.0.0.1:1"}, short_rules(tmp_path), "127.0.0.1:2")))

@@ -4,9 +4,9 @@ from collections.abc import Iterator
 
 import pytest
 
-from exporter.app import Exporter
-from simulator.runtime import SimulatorThread
 from tests.exporter.harness import frozen_default_scenario
+from volcano_monitor.exporter.app import Exporter
+from volcano_monitor.simulator.runtime import SimulatorThread
 
 
 @pytest.fixture(scope="module")

@@ -6,9 +6,9 @@ import time
 from pathlib import Path
 from typing import Any
 
-from exporter.app import Exporter
-from simulator.runtime import SimulatorThread
 from tests.simtools import client_for, wait_for
+from volcano_monitor.exporter.app import Exporter
+from volcano_monitor.simulator.runtime import SimulatorThread
 
 
 def start_exporter(sim: SimulatorThread, tmp_path: Path, **options: Any) -> Exporter:

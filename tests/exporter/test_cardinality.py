@@ -10,8 +10,13 @@ from typing import Any
 
 import pytest
 
-from exporter.app import job_transform, pod_transform
-from exporter.cardinality import (
+from tests.exporter import objects
+from tests.exporter.harness import start_exporter
+from tests.exporter.test_prometheus import parse_text
+from tests.simtools import FakeClock
+from volcano_monitor.core.model import parse_job, parse_pod, parse_queue
+from volcano_monitor.exporter.app import job_transform, pod_transform
+from volcano_monitor.exporter.cardinality import (
     LabelsAllowlist,
     ObjectCaps,
     Options,
@@ -20,15 +25,10 @@ from exporter.cardinality import (
     max_objects,
     prometheus_labels,
 )
-from exporter.cli import parse_args
-from exporter.families import pod as pod_families
-from exporter.model import parse_job, parse_pod, parse_queue
-from exporter.store import ExporterStore
-from simulator.runtime import SimulatorThread
-from tests.exporter import objects
-from tests.exporter.harness import start_exporter
-from tests.exporter.test_prometheus import parse_text
-from tests.simtools import FakeClock
+from volcano_monitor.exporter.cli import parse_args
+from volcano_monitor.exporter.families import pod as pod_families
+from volcano_monitor.exporter.store import ExporterStore
+from volcano_monitor.simulator.runtime import SimulatorThread
 
 Sample = tuple[str, dict[str, str], float]
 
@@ -88,7 +88,7 @@ class Refuses:
 
 def test_denied_families_are_not_even_formatted(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(pod_families, "REQUESTS", Refuses())
-    monkeypatch.setattr("exporter.store.job_families.render", Refuses())
+    monkeypatch.setattr("volcano_monitor.exporter.store.job_families.render", Refuses())
     options = Options(families=family_filter("volcano_pod_info,volcano_pod_status_phase,volcano_queue_jobs", ""))
     store = filled(options)
     assert names(store) == {"volcano_pod_info", "volcano_pod_status_phase", "volcano_queue_jobs"}

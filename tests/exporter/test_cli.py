@@ -10,13 +10,13 @@ import urllib.error
 import urllib.request
 from pathlib import Path
 
-from simulator.runtime import SimulatorThread, write_kubeconfig
 from tests.exporter.scrape import parse, select
 from tests.simtools import wait_for
+from volcano_monitor.simulator.runtime import SimulatorThread, write_kubeconfig
 
 
 def run(*args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([sys.executable, "-m", "exporter.cli", *args], capture_output=True, text=True,
+    return subprocess.run([sys.executable, "-m", "volcano_monitor.exporter.cli", *args], capture_output=True, text=True,
                           timeout=30, env=env)
 
 
@@ -49,7 +49,7 @@ def test_serves_metrics_gzip_health_and_readiness(scenario_sim: SimulatorThread,
     kubeconfig = tmp_path / "k.yaml"
     write_kubeconfig(kubeconfig, scenario_sim.url)
     port = free_port()
-    process = subprocess.Popen([sys.executable, "-m", "exporter.cli", "--kubeconfig", str(kubeconfig),
+    process = subprocess.Popen([sys.executable, "-m", "volcano_monitor.exporter.cli", "--kubeconfig", str(kubeconfig),
                                 "--listen", f"127.0.0.1:{port}"], stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
     base = f"http://127.0.0.1:{port}"
 

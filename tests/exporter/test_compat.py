@@ -20,17 +20,17 @@ from typing import Any
 
 import pytest
 
-from exporter.app import Exporter, pod_transform
-from exporter.cardinality import Options
-from exporter.cli import parse_args
-from exporter.families import compat
-from exporter.model import parse_podgroup
-from exporter.server import make_server, serve_in_background
-from exporter.store import ExporterStore
-from simulator.runtime import SimulatorThread
 from tests.exporter import objects
 from tests.exporter.test_prometheus import Prometheus, fetch, parse_text, poll, prometheus_binary
 from tests.simtools import SHARED, client_for, wait_for
+from volcano_monitor.core.model import parse_podgroup
+from volcano_monitor.exporter.app import Exporter, pod_transform
+from volcano_monitor.exporter.cardinality import Options
+from volcano_monitor.exporter.cli import parse_args
+from volcano_monitor.exporter.families import compat
+from volcano_monitor.exporter.server import make_server, serve_in_background
+from volcano_monitor.exporter.store import ExporterStore
+from volcano_monitor.simulator.runtime import SimulatorThread
 
 UPSTREAM = SHARED / "volcano" / "upstream" / "grafana-dashboards.helm.yaml"
 FORK_METRIC = re.compile(r"\bkube_pod_volcano_[a-z_]+")

@@ -5,7 +5,7 @@ from __future__ import annotations
 import difflib
 from pathlib import Path
 
-from exporter.docs import REGENERATE, all_families, render_metrics_doc
+from volcano_monitor.exporter.docs import REGENERATE, all_families, render_metrics_doc
 
 DOC = Path(__file__).resolve().parents[2] / "docs" / "metrics.md"
 

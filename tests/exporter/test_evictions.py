@@ -8,16 +8,16 @@ from typing import Any
 import pytest
 from kubernetes import client
 
-from exporter.app import Exporter
-from exporter.eviction import about_eviction, parse_eviction_event
-from exporter.families import evictions
-from exporter.kube.informer import ADDED, DELETED, MODIFIED
-from exporter.kube.resources import EVENTS
-from exporter.model import parse_pod
-from exporter.sharding import shard_of
-from exporter.store import ExporterStore
 from tests.exporter import objects
 from tests.exporter.scrape import parse, select
+from volcano_monitor.core.eviction import about_eviction, parse_eviction_event
+from volcano_monitor.core.kube.informer import ADDED, DELETED, MODIFIED
+from volcano_monitor.core.kube.resources import EVENTS
+from volcano_monitor.core.model import parse_pod
+from volcano_monitor.exporter.app import Exporter
+from volcano_monitor.exporter.families import evictions
+from volcano_monitor.exporter.sharding import shard_of
+from volcano_monitor.exporter.store import ExporterStore
 
 T = 1_800_000_000.0  # the exporter's start
 NAME = "volcano_pod_evictions_total"

@@ -9,11 +9,11 @@ import threading
 import time
 from pathlib import Path
 
-from exporter.app import Exporter
-from simulator.runtime import SimulatorThread
 from tests.exporter.harness import start_exporter
 from tests.exporter.scrape import parse, select
 from tests.simtools import wait_for
+from volcano_monitor.exporter.app import Exporter
+from volcano_monitor.simulator.runtime import SimulatorThread
 
 NAME = "volcano_pod_evictions_total"
 PREEMPTED = frozenset({"namespace": "default", "queue": "shared", "reason": "preempt",

@@ -7,12 +7,12 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any
 
-from exporter.app import Exporter
-from exporter.quantity import parse_quantity, resource_label_and_unit
-from simulator import resources as R
-from simulator.runtime import SimulatorThread
 from tests.exporter.harness import start_exporter
 from tests.exporter.scrape import parse, select, value
+from volcano_monitor.core.quantity import parse_quantity, resource_label_and_unit
+from volcano_monitor.exporter.app import Exporter
+from volcano_monitor.simulator import resources as R
+from volcano_monitor.simulator.runtime import SimulatorThread
 
 TERMINAL = ("Completed", "Failed", "Aborted", "Terminated")
 

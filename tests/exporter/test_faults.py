@@ -9,11 +9,11 @@ from pathlib import Path
 
 import pytest
 
-from exporter.app import Exporter
-from simulator.runtime import SimulatorThread
 from tests.exporter.harness import frozen_default_scenario, start_exporter
 from tests.exporter.scrape import Series, parse, select, value, without_self_metrics
 from tests.simtools import client_for, wait_for
+from volcano_monitor.exporter.app import Exporter
+from volcano_monitor.simulator.runtime import SimulatorThread
 
 PODGROUPS = "podgroups.scheduling.volcano.sh"
 

@@ -5,12 +5,12 @@ from __future__ import annotations
 
 from typing import Any
 
-from exporter.families.hierarchy import ancestors, children, subtree_allocated, subtree_pod_requests
-from exporter.model import parse_pod, parse_queue
-from exporter.podrequests import res_from
-from exporter.store import ExporterStore
 from tests.exporter import objects
 from tests.exporter.test_prometheus import parse_text
+from volcano_monitor.core.model import parse_pod, parse_queue
+from volcano_monitor.core.podrequests import res_from
+from volcano_monitor.exporter.families.hierarchy import ancestors, children, subtree_allocated, subtree_pod_requests
+from volcano_monitor.exporter.store import ExporterStore
 
 NANO = 1_000_000_000
 

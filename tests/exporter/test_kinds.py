@@ -8,8 +8,10 @@ from typing import Any
 
 import pytest
 
-from exporter.families import cronjob, hypernode, jobflow, podgroup
-from exporter.kinds import (
+from tests.exporter import objects
+from tests.exporter.test_model import ts
+from tests.exporter.test_prometheus import parse_text
+from volcano_monitor.core.kinds import (
     NetworkTopology,
     SubGroup,
     condition_reason,
@@ -17,11 +19,9 @@ from exporter.kinds import (
     parse_hypernode,
     parse_jobflow,
 )
-from exporter.model import parse_podgroup, parse_queue
-from exporter.store import ExporterStore
-from tests.exporter import objects
-from tests.exporter.test_model import ts
-from tests.exporter.test_prometheus import parse_text
+from volcano_monitor.core.model import parse_podgroup, parse_queue
+from volcano_monitor.exporter.families import cronjob, hypernode, jobflow, podgroup
+from volcano_monitor.exporter.store import ExporterStore
 
 Samples = dict[str, list[tuple[dict[str, str], float]]]
 

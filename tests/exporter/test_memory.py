@@ -1,4 +1,4 @@
-"""exporter.memory: freed heap pages go back to the kernel (each case in a fresh interpreter, since
+"""core.memory: freed heap pages go back to the kernel (each case in a fresh interpreter, since
 malloc settings are process-wide)."""
 
 from __future__ import annotations
@@ -12,7 +12,7 @@ import pytest
 
 FRAGMENT = textwrap.dedent("""
     import json, sys, time
-    from exporter import memory
+    from volcano_monitor.core import memory
 
     def rss():
         with open("/proc/self/statm") as f:

@@ -7,17 +7,6 @@ from typing import Any
 import pytest
 import yaml
 
-from exporter._read import parse_timestamp
-from exporter.model import (
-    Job,
-    Termination,
-    parse_job,
-    parse_node,
-    parse_pod,
-    parse_podgroup,
-    parse_queue,
-)
-from exporter.podrequests import res_add, res_dict, res_from, res_get, res_max, res_scale, res_sum
 from tests.exporter.objects import (
     JOB_UID,
     T0,
@@ -30,6 +19,17 @@ from tests.exporter.objects import (
     volcano_pod,
 )
 from tests.simtools import SHARED
+from volcano_monitor.core.fields import parse_timestamp
+from volcano_monitor.core.model import (
+    Job,
+    Termination,
+    parse_job,
+    parse_node,
+    parse_pod,
+    parse_podgroup,
+    parse_queue,
+)
+from volcano_monitor.core.podrequests import res_add, res_dict, res_from, res_get, res_max, res_scale, res_sum
 
 EXAMPLES = SHARED / "volcano" / "examples"
 GI = 1024**3

@@ -10,21 +10,6 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from exporter._read import parse_timestamp
-from exporter.kinds import CronJob, HyperNode, JobFlow, parse_cronjob, parse_hypernode, parse_jobflow
-from exporter.model import (
-    Job,
-    Node,
-    Pod,
-    PodGroup,
-    Queue,
-    parse_job,
-    parse_node,
-    parse_pod,
-    parse_podgroup,
-    parse_queue,
-)
-from exporter.quantity import QuantityError, parse_quantity
 from tests.exporter.objects import (
     full_cronjob,
     full_hypernode,
@@ -37,6 +22,21 @@ from tests.exporter.objects import (
     topology_podgroup,
     volcano_pod,
 )
+from volcano_monitor.core.fields import parse_timestamp
+from volcano_monitor.core.kinds import CronJob, HyperNode, JobFlow, parse_cronjob, parse_hypernode, parse_jobflow
+from volcano_monitor.core.model import (
+    Job,
+    Node,
+    Pod,
+    PodGroup,
+    Queue,
+    parse_job,
+    parse_node,
+    parse_pod,
+    parse_podgroup,
+    parse_queue,
+)
+from volcano_monitor.core.quantity import QuantityError, parse_quantity
 
 json_values = st.recursive(
     st.none() | st.booleans() | st.integers() | st.floats() | st.text(max_size=12),
@@ -56,7 +56,7 @@ CASES: dict[str, tuple[Callable[[object], Any], Callable[[], dict[str, Any]], ty
     "podgroup": (parse_podgroup, full_podgroup, PodGroup),
     "queue": (parse_queue, full_queue, Queue),
     "node": (parse_node, full_node, Node),
-    # Later releases' fields and kinds (exporter.kinds).
+    # Later releases' fields and kinds (core.kinds).
     "topologypodgroup": (parse_podgroup, topology_podgroup, PodGroup),
     "cronjob": (parse_cronjob, full_cronjob, CronJob),
     "hypernode": (parse_hypernode, full_hypernode, HyperNode),

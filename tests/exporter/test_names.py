@@ -7,15 +7,15 @@ from typing import NamedTuple, Protocol
 
 import pytest
 
-from exporter import selfmetrics
-from exporter.cardinality import Options
-from exporter.docs import all_families
-from exporter.families.base import COUNTER, GAUGE, HISTOGRAM
-from exporter.kinds import parse_cronjob, parse_hypernode, parse_jobflow
-from exporter.model import parse_job, parse_pod, parse_podgroup, parse_queue
-from exporter.store import ExporterStore
 from tests.exporter import objects
 from tests.exporter.test_prometheus import parse_text
+from volcano_monitor.core.exposition import COUNTER, GAUGE, HISTOGRAM
+from volcano_monitor.core.kinds import parse_cronjob, parse_hypernode, parse_jobflow
+from volcano_monitor.core.model import parse_job, parse_pod, parse_podgroup, parse_queue
+from volcano_monitor.exporter import selfmetrics
+from volcano_monitor.exporter.cardinality import Options
+from volcano_monitor.exporter.docs import all_families
+from volcano_monitor.exporter.store import ExporterStore
 
 
 class FamilyLike(Protocol):

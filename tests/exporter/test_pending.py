@@ -1,4 +1,4 @@
-"""Why a job waits (exporter.pending), and `volcano_job_pending_reason` as the store keeps it (exporter.waiting)."""
+"""Why a job waits (core.pending), and `volcano_job_pending_reason` as the store keeps it (exporter.waiting)."""
 
 from __future__ import annotations
 
@@ -11,11 +11,15 @@ from typing import Any
 
 import pytest
 
-from exporter.app import Exporter
-from exporter.cardinality import Options, family_filter
-from exporter.kube.informer import ADDED, DELETED, MODIFIED
-from exporter.model import parse_job, parse_podgroup, parse_queue
-from exporter.pending import (
+from tests.exporter import objects
+from tests.exporter.harness import start_exporter
+from tests.exporter.objects import job_podgroup, queue, waiting_job
+from tests.exporter.scrape import parse, select
+from tests.recorded import Recorded, load
+from tests.simtools import wait_for
+from volcano_monitor.core.kube.informer import ADDED, DELETED, MODIFIED
+from volcano_monitor.core.model import parse_job, parse_podgroup, parse_queue
+from volcano_monitor.core.pending import (
     CLUSTER_FULL,
     CLUSTER_TOO_SMALL,
     MIN_AVAILABLE_ABOVE_PODS,
@@ -29,14 +33,11 @@ from exporter.pending import (
     Explanation,
     explain,
 )
-from exporter.store import ExporterStore
-from simulator.runtime import SimulatorThread
-from tests.exporter import objects
-from tests.exporter.harness import start_exporter
-from tests.exporter.objects import job_podgroup, queue, waiting_job
-from tests.exporter.scrape import parse, select
-from tests.recorded import Recorded, load
-from tests.simtools import wait_for
+from volcano_monitor.exporter import waiting
+from volcano_monitor.exporter.app import Exporter
+from volcano_monitor.exporter.cardinality import Options, family_filter
+from volcano_monitor.exporter.store import ExporterStore
+from volcano_monitor.simulator.runtime import SimulatorThread
 
 GPU = "nvidia.com/gpu"
 
@@ -142,7 +143,7 @@ def test_admitted_gang_gets_the_schedulers_word_and_unconditioned_ones_wait() ->
 
 
 def test_every_reason_is_documented_in_the_help() -> None:
-    from exporter.families.job import PENDING_REASON
+    from volcano_monitor.exporter.families.job import PENDING_REASON
 
     assert all(reason in PENDING_REASON.help for reason in REASONS)
 
@@ -270,16 +271,15 @@ def test_shards_without_queue_rows_still_explain_their_jobs() -> None:
 def test_queue_changes_redo_only_the_jobs_whose_labels_change(monkeypatch: pytest.MonkeyPatch) -> None:
     """Root's `allocated` moves with every placement: 10k jobs waiting on the cluster are not redone
     (nor re-rendered) unless their reason, queue or resource changes; a scrape stays cheap."""
-    import exporter.waiting
 
     calls = [0]
-    real = exporter.waiting.explain
+    real = waiting.explain
 
     def counting(*args: Any, **kwargs: Any) -> Explanation:
         calls[0] += 1
         return real(*args, **kwargs)
 
-    monkeypatch.setattr(exporter.waiting, "explain", counting)
+    monkeypatch.setattr(waiting, "explain", counting)
     store = ExporterStore()
     feed(store, queues=[queue("root", parent=None, allocated={GPU: "22"}), queue("default")])
     for i in range(10_000):

@@ -26,10 +26,10 @@ from typing import Any
 
 import pytest
 
-from exporter.app import Exporter
-from exporter.server import make_server, serve_in_background
-from simulator.runtime import SimulatorThread
 from tests.simtools import client_for, wait_for
+from volcano_monitor.exporter.app import Exporter
+from volcano_monitor.exporter.server import make_server, serve_in_background
+from volcano_monitor.simulator.runtime import SimulatorThread
 
 BUDGET = 40.0  # seconds for the whole test once Prometheus is found
 MEMORY_TOLERANCE = 0.03

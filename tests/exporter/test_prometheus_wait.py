@@ -16,12 +16,12 @@ from typing import Any
 
 import pytest
 
-from exporter.app import Exporter
-from exporter.server import make_server, serve_in_background
-from simulator.resources import JOBS
-from simulator.runtime import SimulatorThread
 from tests.exporter.test_prometheus import EXPORTER_JOB, Prometheus, poll, prometheus_binary
 from tests.simtools import client_for, wait_for
+from volcano_monitor.exporter.app import Exporter
+from volcano_monitor.exporter.server import make_server, serve_in_background
+from volcano_monitor.simulator.resources import JOBS
+from volcano_monitor.simulator.runtime import SimulatorThread
 
 BUDGET = 90.0  # seconds for the whole test once Prometheus is found (the scenario plays ~35 s)
 TOLERANCE = 0.10

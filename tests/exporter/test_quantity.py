@@ -8,7 +8,7 @@ import pytest
 from hypothesis import example, given
 from hypothesis import strategies as st
 
-from exporter.quantity import QuantityError, parse_quantity, resource_label_and_unit
+from volcano_monitor.core.quantity import QuantityError, parse_quantity, resource_label_and_unit
 
 VALID = [
     ("0", 0.0),

@@ -8,11 +8,11 @@ from typing import Any
 
 import pytest
 
-from exporter.families import queue_wait
-from exporter.kube.informer import ADDED, DELETED, MODIFIED
-from exporter.model import parse_job
-from exporter.store import ExporterStore
 from tests.exporter.scrape import parse, select, value
+from volcano_monitor.core.kube.informer import ADDED, DELETED, MODIFIED
+from volcano_monitor.core.model import parse_job
+from volcano_monitor.exporter.families import queue_wait
+from volcano_monitor.exporter.store import ExporterStore
 
 T = 1_800_000_000.0  # the exporter's start in these tests
 WAIT = "volcano_queue_job_wait_duration_seconds"

@@ -13,15 +13,15 @@ from typing import Any
 
 import pytest
 
-from exporter.app import Exporter
-from exporter.podview import is_volcano_pod
-from exporter.quantity import parse_quantity
-from simulator import resources as R
-from simulator.releases import RELEASES
-from simulator.runtime import SimulatorThread
 from tests.exporter.harness import start_exporter
 from tests.exporter.scrape import Series, parse, select, value
 from tests.simtools import wait_for
+from volcano_monitor.core.podview import is_volcano_pod
+from volcano_monitor.core.quantity import parse_quantity
+from volcano_monitor.exporter.app import Exporter
+from volcano_monitor.simulator import resources as R
+from volcano_monitor.simulator.releases import RELEASES
+from volcano_monitor.simulator.runtime import SimulatorThread
 
 ORDER = list(RELEASES)
 PHASES = ("pending", "running", "inqueue", "completed", "unknown")

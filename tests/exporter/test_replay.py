@@ -3,7 +3,7 @@
 Each scenario's events go, in the order the API server sent them, into the `Exporter`'s own informers
 (cache, predicate, transform and handlers; no HTTP), and the scrape is checked after every event
 against what the recorded objects say. Expected values are computed here from the raw objects, by
-rules written independently of exporter/model.py.
+rules written independently of core/model.py.
 """
 
 from __future__ import annotations
@@ -15,10 +15,10 @@ from typing import Any
 import pytest
 from kubernetes import client
 
-from exporter.app import Exporter
-from exporter.kube.informer import Informer
 from tests.exporter.scrape import parse, select, value
 from tests.recorded import Scenario, load, scenario_names
+from volcano_monitor.core.kube.informer import Informer
+from volcano_monitor.exporter.app import Exporter
 
 RESOURCE_OF = {"jobs": "jobs.batch.volcano.sh", "podgroups": "podgroups.scheduling.volcano.sh",
                "queues": "queues.scheduling.volcano.sh", "pods": "pods"}

@@ -8,8 +8,16 @@ import zlib
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from exporter.families.base import Family
-from exporter.rows import BLOCK_SIZE, Deflated, Rows, Stale, _crc32_combine_slow, crc32_combine, gzip_stream
+from volcano_monitor.core.exposition import Family
+from volcano_monitor.exporter.rows import (
+    BLOCK_SIZE,
+    Deflated,
+    Rows,
+    Stale,
+    _crc32_combine_slow,
+    crc32_combine,
+    gzip_stream,
+)
 
 A = Family("test_a", "A.", ("name",))
 B = Family("test_b", "B.", ("name", "state"))

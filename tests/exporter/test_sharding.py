@@ -2,13 +2,13 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from exporter.app import Exporter
-from exporter.sharding import fnv1a_64, shard_of
-from simulator import resources as R
-from simulator.runtime import SimulatorThread
 from tests.exporter.harness import start_exporter
 from tests.exporter.scrape import parse, select
 from tests.simtools import wait_for
+from volcano_monitor.exporter.app import Exporter
+from volcano_monitor.exporter.sharding import fnv1a_64, shard_of
+from volcano_monitor.simulator import resources as R
+from volcano_monitor.simulator.runtime import SimulatorThread
 
 
 def test_fnv1a_64_matches_the_reference_vectors() -> None:

@@ -3,11 +3,11 @@ from __future__ import annotations
 import copy
 from typing import Any
 
-from exporter.kube.informer import ADDED, DELETED, MODIFIED
-from exporter.model import parse_job, parse_pod, parse_podgroup, parse_queue
-from exporter.store import ExporterStore
 from tests.exporter import objects
 from tests.exporter.scrape import parse, select, value
+from volcano_monitor.core.kube.informer import ADDED, DELETED, MODIFIED
+from volcano_monitor.core.model import parse_job, parse_pod, parse_podgroup, parse_queue
+from volcano_monitor.exporter.store import ExporterStore
 
 
 def scrape(store: ExporterStore) -> dict[Any, float]:

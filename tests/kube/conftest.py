@@ -6,8 +6,8 @@ from pathlib import Path
 import pytest
 from kubernetes import client
 
-from simulator.runtime import SimulatorThread
 from tests.simtools import client_for
+from volcano_monitor.simulator.runtime import SimulatorThread
 
 
 @pytest.fixture

@@ -15,10 +15,11 @@ from typing import Any
 import pytest
 import yaml
 
-from exporter.kube.config import api_client
-from exporter.kube.informer import Backoff, Informer
-from exporter.kube.resources import PODS
 from tests.simtools import wait_for
+from volcano_monitor.core.backoff import Backoff
+from volcano_monitor.core.kube.config import api_client
+from volcano_monitor.core.kube.informer import Informer
+from volcano_monitor.core.kube.resources import PODS
 
 
 class TokenServer(ThreadingHTTPServer):

@@ -5,8 +5,8 @@ from pathlib import Path
 import pytest
 from kubernetes import client
 
-from exporter.kube.config import ClusterConfigError, api_client, load_configuration
-from simulator.runtime import SimulatorThread, write_kubeconfig
+from volcano_monitor.core.kube.config import ClusterConfigError, api_client, load_configuration
+from volcano_monitor.simulator.runtime import SimulatorThread, write_kubeconfig
 
 
 @pytest.fixture(autouse=True)

@@ -8,11 +8,12 @@ from typing import Any
 import pytest
 from kubernetes import client
 
-from exporter.kube.informer import BACKOFF, FORBIDDEN, NOT_FOUND, WATCHING, Backoff, Informer
-from exporter.kube.resources import PODS, QUEUES, ResourceKind
-from simulator import resources as sim_types
-from simulator.runtime import SimulatorThread
 from tests.simtools import pod, wait_for
+from volcano_monitor.core.backoff import Backoff
+from volcano_monitor.core.kube.informer import BACKOFF, FORBIDDEN, NOT_FOUND, WATCHING, Informer
+from volcano_monitor.core.kube.resources import PODS, QUEUES, ResourceKind
+from volcano_monitor.simulator import resources as sim_types
+from volcano_monitor.simulator.runtime import SimulatorThread
 
 Event = tuple[str, str, str]  # type, name, resourceVersion
 

@@ -15,11 +15,12 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from kubernetes import client
 
-from exporter.kube.informer import Backoff, Informer
-from exporter.kube.resources import PODS
-from simulator import resources as sim_types
-from simulator.runtime import SimulatorThread
 from tests.simtools import client_for, pod, wait_for
+from volcano_monitor.core.backoff import Backoff
+from volcano_monitor.core.kube.informer import Informer
+from volcano_monitor.core.kube.resources import PODS
+from volcano_monitor.simulator import resources as sim_types
+from volcano_monitor.simulator.runtime import SimulatorThread
 
 NAMES = [f"o{i}" for i in range(4)]  # few names, so operations often hit existing objects
 

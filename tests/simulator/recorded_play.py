@@ -7,11 +7,11 @@ from __future__ import annotations
 from collections.abc import Iterable, Iterator
 from typing import Any
 
-from simulator.driver import Driver
-from simulator.resources import ResourceType
-from simulator.store import Store, WatchEvent
 from tests.recorded import KIND_TO_PLURAL, Recorded, load
 from tests.simtools import FakeClock
+from volcano_monitor.simulator.driver import Driver
+from volcano_monitor.simulator.resources import ResourceType
+from volcano_monitor.simulator.store import Store, WatchEvent
 
 T0 = 1_800_000_000.0
 STEP = 0.25  # fake-clock seconds per tick: finer than the 1 s scheduling period

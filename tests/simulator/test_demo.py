@@ -1,4 +1,4 @@
-"""`make demo` runs `python -m simulator.demo`: it must come up, say where to look with commands that
+"""`make demo` runs `python -m volcano_monitor.simulator.demo`: it must come up, say where to look with commands that
 run as printed, and stop cleanly."""
 
 from __future__ import annotations
@@ -18,7 +18,7 @@ from tests.simtools import wait_for
 def test_demo_starts_everything_and_stops_on_ctrl_c(tmp_path: Path) -> None:
     ports = {name: free_port() for name in ("sim", "exporter", "watchdog", "chat", "prometheus", "alertmanager")}
     process = subprocess.Popen(
-        [sys.executable, "-m", "simulator.demo", "--dir", str(tmp_path), "--speed", "60",
+        [sys.executable, "-m", "volcano_monitor.simulator.demo", "--dir", str(tmp_path), "--speed", "60",
          *(arg for name, port in ports.items() for arg in (f"--{name}-port", str(port)))],
         stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, start_new_session=True,
     )

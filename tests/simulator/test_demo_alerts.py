@@ -14,7 +14,7 @@ import urllib.request
 from pathlib import Path
 
 from tests.exporter.test_cli import free_port
-from watchdog.detectors import base
+from volcano_monitor.watchdog.detectors import base
 
 KINDS = {base.JOB_FAILED, base.POD_REJECTED, base.POD_OOM_KILLED, base.JOB_RETRYING, base.RETRY_EXHAUSTED,
          base.GANG_UNSCHEDULABLE, base.PARTIAL_GANG, base.JOB_IDLE, base.OVER_REQUESTED, base.QUEUE_STARVED}
@@ -33,7 +33,7 @@ def fired(watchdog: str) -> set[str]:
 def test_every_alert_kind_fires_within_five_minutes_of_make_demo(tmp_path: Path) -> None:
     ports = {name: free_port() for name in ("sim", "exporter", "watchdog", "chat", "prometheus", "alertmanager")}
     process = subprocess.Popen(
-        [sys.executable, "-m", "simulator.demo", "--dir", str(tmp_path),
+        [sys.executable, "-m", "volcano_monitor.simulator.demo", "--dir", str(tmp_path),
          *(arg for name, port in ports.items() for arg in (f"--{name}-port", str(port)))],
         stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, start_new_session=True)
     started = time.monotonic()

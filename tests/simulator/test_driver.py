@@ -18,11 +18,11 @@ import jsonschema  # type: ignore[import-untyped]
 import pytest
 import yaml
 
-from simulator.driver import Driver
-from simulator.resources import EVENTS, JOBS, NAMESPACES, NODES, PODGROUPS, PODS, QUEUES, ResourceType
-from simulator.scenario import SCENARIOS
-from simulator.store import Store, WatchEvent
 from tests.simtools import SHARED, FakeClock
+from volcano_monitor.simulator.driver import Driver
+from volcano_monitor.simulator.resources import EVENTS, JOBS, NAMESPACES, NODES, PODGROUPS, PODS, QUEUES, ResourceType
+from volcano_monitor.simulator.scenario import SCENARIOS
+from volcano_monitor.simulator.store import Store, WatchEvent
 
 CRDS = SHARED / "volcano" / "crds"
 T0 = 1_700_000_000.0

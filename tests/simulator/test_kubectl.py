@@ -24,7 +24,8 @@ def kubectl_binary() -> str:
 def kubeconfig(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
     path = tmp_path_factory.mktemp("sim") / "k.yaml"
     process = subprocess.Popen(
-        [sys.executable, "-m", "simulator.cli", "--listen", "127.0.0.1:0", "--kubeconfig-out", str(path),
+        [sys.executable, "-m", "volcano_monitor.simulator.cli", "--listen", "127.0.0.1:0", "--kubeconfig-out",
+         str(path),
          "--speed", "60"],
         stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
     )

@@ -5,12 +5,12 @@ from __future__ import annotations
 import time
 from typing import Any
 
-from simulator.preempt import plan_preemption
-from simulator.resources import EVENTS, PODS
-from simulator.runtime import SimulatorThread
-from simulator.scenario import NodeSpec, TaskSpec, Workload
-from simulator.state import NodeSim, PodSim, RunSim, make_node
 from tests.simtools import wait_for
+from volcano_monitor.simulator.preempt import plan_preemption
+from volcano_monitor.simulator.resources import EVENTS, PODS
+from volcano_monitor.simulator.runtime import SimulatorThread
+from volcano_monitor.simulator.scenario import NodeSpec, TaskSpec, Workload
+from volcano_monitor.simulator.state import NodeSim, PodSim, RunSim, make_node
 
 
 def node(name: str = "n0", cpu: int = 4) -> NodeSim:

@@ -13,13 +13,13 @@ import pytest
 import yaml
 from kubernetes import client
 
-from simulator.cli import build_parser
-from simulator.driver import Driver
-from simulator.releases import RELEASES, crd_path, load_release, prune, release_name, release_store
-from simulator.resources import CRONJOBS, HYPERNODES, JOBFLOWS, JOBS, PODGROUPS, QUEUES, ResourceType
-from simulator.runtime import SimulatorThread
-from simulator.store import Store
 from tests.simtools import SHARED, FakeClock, client_for
+from volcano_monitor.simulator.cli import build_parser
+from volcano_monitor.simulator.driver import Driver
+from volcano_monitor.simulator.releases import RELEASES, crd_path, load_release, prune, release_name, release_store
+from volcano_monitor.simulator.resources import CRONJOBS, HYPERNODES, JOBFLOWS, JOBS, PODGROUPS, QUEUES, ResourceType
+from volcano_monitor.simulator.runtime import SimulatorThread
+from volcano_monitor.simulator.store import Store
 
 BY_RELEASE = SHARED / "volcano" / "crds-by-release"
 NEWER = (JOBFLOWS, HYPERNODES, CRONJOBS)

@@ -13,9 +13,9 @@ from typing import Any
 import pytest
 from kubernetes import client, watch
 
-from simulator import resources as R
-from simulator.runtime import SimulatorThread
 from tests.simtools import client_for, pod
+from volcano_monitor.simulator import resources as R
+from volcano_monitor.simulator.runtime import SimulatorThread
 
 
 @pytest.fixture

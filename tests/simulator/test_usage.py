@@ -11,11 +11,11 @@ from typing import Any
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
-from simulator.driver import Driver
-from simulator.resources import NODE_METRICS, NODES, POD_METRICS, PODS
-from simulator.store import Store
-from simulator.usage import IDLE_GPU, ContainerUsage, GpuDevice, UsageProfile, render_prometheus
 from tests.simtools import FakeClock
+from volcano_monitor.simulator.driver import Driver
+from volcano_monitor.simulator.resources import NODE_METRICS, NODES, POD_METRICS, PODS
+from volcano_monitor.simulator.store import Store
+from volcano_monitor.simulator.usage import IDLE_GPU, ContainerUsage, GpuDevice, UsageProfile, render_prometheus
 
 T0 = 1_700_000_000.0
 STEP = 15.0

@@ -8,11 +8,11 @@ from typing import Any
 from sqlalchemy import Engine, select
 from sqlalchemy.orm import Session
 
-from simulator.runtime import SimulatorThread
 from tests.simtools import client_for
-from watchdog.app import Intervals, Watchdog
-from watchdog.config import Settings, load
-from watchdog.db.models import Alert, JobRun
+from volcano_monitor.simulator.runtime import SimulatorThread
+from volcano_monitor.watchdog.app import Intervals, Watchdog
+from volcano_monitor.watchdog.config import Settings, load
+from volcano_monitor.watchdog.db.models import Alert, JobRun
 
 # Real seconds: the scenario runs compressed, so thresholds are tiny too.
 FAST_DETECTORS = {
@@ -48,7 +48,7 @@ def runs(engine: Engine) -> list[JobRun]:
 
 def kinds_by_workload(found: list[Alert]) -> dict[str, set[str]]:
     """Alert kinds per workload (job name without run suffix; queue name for queue alerts)."""
-    from watchdog.workload import workload_name
+    from volcano_monitor.watchdog.workload import workload_name
 
     out: dict[str, set[str]] = {}
     for alert in found:

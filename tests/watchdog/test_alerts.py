@@ -12,12 +12,12 @@ import pytest
 from sqlalchemy import Engine, select
 from sqlalchemy.orm import Session
 
-from exporter.model import parse_job, parse_pod
 from tests.watchdog.test_detectors import job, oom, pod
-from watchdog.alerts import AlertBook, Transition
-from watchdog.config import Detectors
-from watchdog.db.models import Alert, JobRun
-from watchdog.detectors import FailureDetector, Signal, WasteDetector, fingerprint
+from volcano_monitor.core.model import parse_job, parse_pod
+from volcano_monitor.watchdog.alerts import AlertBook, Transition
+from volcano_monitor.watchdog.config import Detectors
+from volcano_monitor.watchdog.db.models import Alert, JobRun
+from volcano_monitor.watchdog.detectors import FailureDetector, Signal, WasteDetector, fingerprint
 
 T = datetime(2024, 5, 1, 12, 0, tzinfo=UTC)
 

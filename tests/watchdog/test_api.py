@@ -22,12 +22,19 @@ from pydantic import SecretStr
 from sqlalchemy import Engine, select
 from sqlalchemy.orm import Session
 
-from watchdog import recommend
-from watchdog.api import CollectorHealth, Health, QueueView, check_writes_guarded, create_app, route_table
-from watchdog.app import Watchdog
-from watchdog.config import Settings
-from watchdog.db.engine import make_engine
-from watchdog.db.models import Alert, JobRun, UsageRollup
+from volcano_monitor.watchdog import recommend
+from volcano_monitor.watchdog.api import (
+    CollectorHealth,
+    Health,
+    QueueView,
+    check_writes_guarded,
+    create_app,
+    route_table,
+)
+from volcano_monitor.watchdog.app import Watchdog
+from volcano_monitor.watchdog.config import Settings
+from volcano_monitor.watchdog.db.engine import make_engine
+from volcano_monitor.watchdog.db.models import Alert, JobRun, UsageRollup
 
 NOW = datetime(2024, 5, 1, 12, 2, tzinfo=UTC)
 TOKEN = "t0ken-Sekret-4242"

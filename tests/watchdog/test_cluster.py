@@ -5,13 +5,13 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from exporter.kube.informer import ADDED, DELETED
-from exporter.model import parse_job, parse_pod, parse_podgroup
 from tests.exporter import objects
-from watchdog.app import Watchdog
-from watchdog.cluster import ClusterIndex
-from watchdog.config import load
-from watchdog.db.engine import make_engine
+from volcano_monitor.core.kube.informer import ADDED, DELETED
+from volcano_monitor.core.model import parse_job, parse_pod, parse_podgroup
+from volcano_monitor.watchdog.app import Watchdog
+from volcano_monitor.watchdog.cluster import ClusterIndex
+from volcano_monitor.watchdog.config import load
+from volcano_monitor.watchdog.db.engine import make_engine
 
 
 def kubeflow_pod() -> dict[str, Any]:

@@ -17,19 +17,20 @@ import pytest
 import yaml
 from sqlalchemy import Engine
 
-from simulator.runtime import SimulatorThread, write_kubeconfig
 from tests.exporter.test_cli import free_port
 from tests.simtools import wait_for
 from tests.watchdog.conftest import POSTGRES_ADMIN
 from tests.watchdog.harness import FAST_DETECTORS, alerts, fast_settings, kinds_by_workload, runs, start_watchdog
-from watchdog.db.engine import make_engine
+from volcano_monitor.simulator.runtime import SimulatorThread, write_kubeconfig
+from volcano_monitor.watchdog.db.engine import make_engine
 
 SPEED = 600
 
 
 def start_cli(kubeconfig: Path, database_url: str, config: Path, log: Path) -> subprocess.Popen[bytes]:
     return subprocess.Popen(
-        [sys.executable, "-m", "watchdog.cli", "--kubeconfig", str(kubeconfig), "--database-url", database_url,
+        [sys.executable, "-m", "volcano_monitor.watchdog.cli", "--kubeconfig", str(kubeconfig), "--database-url",
+         database_url,
          "--listen", f"127.0.0.1:{free_port()}", "--config", str(config)],
         stdout=log.open("ab"), stderr=subprocess.STDOUT, env={**os.environ, "PYTHONUNBUFFERED": "1"},
     )
@@ -124,6 +125,6 @@ def test_database_outage_is_waited_out_and_nothing_is_lost(outage_database: str,
 
 
 def job_objects(sim: SimulatorThread) -> list[dict]:  # type: ignore[type-arg]
-    from simulator import resources as R
+    from volcano_monitor.simulator import resources as R
 
     return sim.call(sim.store.objects, R.JOBS)

@@ -10,8 +10,8 @@ from sqlalchemy import Engine, inspect
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Session
 
-from watchdog.db.engine import alembic_config, make_engine, migrate
-from watchdog.db.models import Alert, Base, JobRun
+from volcano_monitor.watchdog.db.engine import alembic_config, make_engine, migrate
+from volcano_monitor.watchdog.db.models import Alert, Base, JobRun
 
 
 def test_migrations_create_the_models_schema_exactly(engine: Engine) -> None:
@@ -65,7 +65,8 @@ def test_migrate_command(database_url: str) -> None:
     import subprocess
     import sys
 
-    result = subprocess.run([sys.executable, "-m", "watchdog.cli", "--database-url", database_url, "migrate"],
+    result = subprocess.run([sys.executable, "-m", "volcano_monitor.watchdog.cli", "--database-url", database_url,
+                             "migrate"],
                             capture_output=True, text=True, timeout=60)
     assert result.returncode == 0, result.stderr
     engine = make_engine(database_url)
@@ -79,7 +80,7 @@ def test_migrate_command_reports_an_unreachable_database() -> None:
     import subprocess
     import sys
 
-    result = subprocess.run([sys.executable, "-m", "watchdog.cli", "--database-url",
+    result = subprocess.run([sys.executable, "-m", "volcano_monitor.watchdog.cli", "--database-url",
                              "postgresql+psycopg://nobody:secret@127.0.0.1:1/x", "migrate"],
                             capture_output=True, text=True, timeout=60)
     assert result.returncode == 1 and "Connection refused" in result.stderr

@@ -12,11 +12,18 @@ from typing import Any
 from sqlalchemy import Engine, update
 from sqlalchemy.orm import Session
 
-from exporter.model import parse_job, parse_pod, parse_podgroup, parse_queue
-from watchdog.alerts import AlertBook
-from watchdog.config import Detectors
-from watchdog.db.models import JobRun, UsageRollup
-from watchdog.detectors import FailureDetector, GangDetector, QueueDetector, Signal, WasteDetector, fingerprint
+from volcano_monitor.core.model import parse_job, parse_pod, parse_podgroup, parse_queue
+from volcano_monitor.watchdog.alerts import AlertBook
+from volcano_monitor.watchdog.config import Detectors
+from volcano_monitor.watchdog.db.models import JobRun, UsageRollup
+from volcano_monitor.watchdog.detectors import (
+    FailureDetector,
+    GangDetector,
+    QueueDetector,
+    Signal,
+    WasteDetector,
+    fingerprint,
+)
 
 Obj = dict[str, Any]
 T0 = 1_700_000_000.0

@@ -7,10 +7,10 @@ from __future__ import annotations
 from datetime import UTC, datetime
 from typing import Any
 
-from exporter.model import parse_job, parse_podgroup, parse_queue
 from tests.watchdog.test_detectors import SETTINGS, T0, Obj, condition, job, podgroup, queue, ts
-from watchdog.detectors import GangDetector, QueueDetector
-from watchdog.events import SchedulerNotes, about_podgroup, parse_event
+from volcano_monitor.core.model import parse_job, parse_podgroup, parse_queue
+from volcano_monitor.watchdog.detectors import GangDetector, QueueDetector
+from volcano_monitor.watchdog.events import SchedulerNotes, about_podgroup, parse_event
 
 GROUP = "train-abcd-job-uid-1"
 
@@ -154,10 +154,10 @@ def test_the_watchdog_reads_podgroup_events_but_is_ready_without_them(tmp_path: 
     Events yet must not keep the watchdog unready."""
     from kubernetes import client
 
-    from exporter.kube.resources import EVENTS
     from tests.watchdog.harness import fast_settings
-    from watchdog.app import Watchdog
-    from watchdog.db.engine import make_engine
+    from volcano_monitor.core.kube.resources import EVENTS
+    from volcano_monitor.watchdog.app import Watchdog
+    from volcano_monitor.watchdog.db.engine import make_engine
 
     url = f"sqlite:///{tmp_path / 'w.db'}"
     engine = make_engine(url)

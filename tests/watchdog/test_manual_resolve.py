@@ -15,13 +15,13 @@ from pydantic import SecretStr
 from sqlalchemy import Engine, select
 from sqlalchemy.orm import Session
 
-from exporter.model import parse_podgroup
 from tests.watchdog.harness import fast_settings
 from tests.watchdog.test_detectors import podgroup, ts
-from watchdog.api import Health, create_app
-from watchdog.app import Watchdog
-from watchdog.db.models import Alert
-from watchdog.notify.message import AlertItem
+from volcano_monitor.core.model import parse_podgroup
+from volcano_monitor.watchdog.api import Health, create_app
+from volcano_monitor.watchdog.app import Watchdog
+from volcano_monitor.watchdog.db.models import Alert
+from volcano_monitor.watchdog.notify.message import AlertItem
 
 TOKEN = "resolve-t0ken"
 T0 = 1_700_000_000.0

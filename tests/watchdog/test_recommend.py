@@ -10,10 +10,10 @@ import yaml
 from sqlalchemy import Engine, func, select, text
 from sqlalchemy.orm import Session
 
-from watchdog.config import Recommendations
-from watchdog.db.models import WorkloadHistogram
-from watchdog.histogram import RATIO
-from watchdog.recommend import (
+from volcano_monitor.watchdog.config import Recommendations
+from volcano_monitor.watchdog.db.models import WorkloadHistogram
+from volcano_monitor.watchdog.histogram import RATIO
+from volcano_monitor.watchdog.recommend import (
     HistogramBook,
     Recommendation,
     compute_recommendations,
@@ -313,7 +313,7 @@ def test_recommend_command_prints_what_the_database_holds(database_url: str) -> 
     import subprocess
     import sys
 
-    from watchdog.db.engine import make_engine, migrate
+    from volcano_monitor.watchdog.db.engine import make_engine, migrate
 
     engine = make_engine(database_url)
     migrate(engine)
@@ -328,7 +328,8 @@ def test_recommend_command_prints_what_the_database_holds(database_url: str) -> 
     engine.dispose()
 
     def run(*args: str) -> str:
-        result = subprocess.run([sys.executable, "-m", "watchdog.cli", "--database-url", database_url, "recommend",
+        result = subprocess.run([sys.executable, "-m", "volcano_monitor.watchdog.cli", "--database-url", database_url,
+                                 "recommend",
                                  *args], capture_output=True, text=True, timeout=60)
         assert result.returncode == 0, result.stderr
         return result.stdout
@@ -348,10 +349,11 @@ def test_recommend_creates_no_database_and_names_the_one_it_read(tmp_path: Path,
     import subprocess
     import sys
 
-    from watchdog.db.engine import make_engine, migrate
+    from volcano_monitor.watchdog.db.engine import make_engine, migrate
 
     def run(url: str) -> subprocess.CompletedProcess[str]:
-        return subprocess.run([sys.executable, "-m", "watchdog.cli", "--database-url", url, "recommend"],
+        return subprocess.run([sys.executable, "-m", "volcano_monitor.watchdog.cli", "--database-url", url,
+                               "recommend"],
                               capture_output=True, text=True, timeout=60, cwd=tmp_path)
 
     missing = tmp_path / "typo.db"

@@ -30,15 +30,15 @@ import yaml
 from sqlalchemy import Engine
 from sqlalchemy.exc import SQLAlchemyError
 
-from simulator.chatinbox import ChatInbox
-from simulator.resources import LEASES
-from simulator.runtime import SimulatorThread, write_kubeconfig
 from tests.exporter.test_cli import free_port
 from tests.simtools import wait_for
 from tests.watchdog.conftest import POSTGRES_ADMIN
 from tests.watchdog.harness import FAST_DETECTORS, alerts, runs
-from watchdog.app import Intervals
-from watchdog.db.engine import make_engine
+from volcano_monitor.simulator.chatinbox import ChatInbox
+from volcano_monitor.simulator.resources import LEASES
+from volcano_monitor.simulator.runtime import SimulatorThread, write_kubeconfig
+from volcano_monitor.watchdog.app import Intervals
+from volcano_monitor.watchdog.db.engine import make_engine
 
 SPEED = 150
 LEASE_SECONDS = 3.0
@@ -83,7 +83,8 @@ def config(path: Path, inbox: ChatInbox, identity: str | None) -> Path:
 def start(kubeconfig: Path, database_url: str, config_path: Path, log: Path) -> tuple[subprocess.Popen[bytes], int]:
     port = free_port()
     process = subprocess.Popen(
-        [sys.executable, "-m", "watchdog.cli", "--kubeconfig", str(kubeconfig), "--database-url", database_url,
+        [sys.executable, "-m", "volcano_monitor.watchdog.cli", "--kubeconfig", str(kubeconfig), "--database-url",
+         database_url,
          "--listen", f"127.0.0.1:{port}", "--config", str(config_path)],
         stdout=log.open("ab"), stderr=subprocess.STDOUT, env={**os.environ, "PYTHONUNBUFFERED": "1"})
     return process, port

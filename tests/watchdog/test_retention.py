@@ -14,15 +14,15 @@ from alembic.script import ScriptDirectory
 from sqlalchemy import Engine, func, inspect, select, text
 from sqlalchemy.orm import Session
 
-from watchdog import retention
-from watchdog.capability.policy import percentile
-from watchdog.capability.store import usage_buckets
-from watchdog.config import Retention, Settings
-from watchdog.db.engine import alembic_config, make_engine, migrate
-from watchdog.db.models import Alert, JobRun, UsageRollup, UsageRollupHourly
-from watchdog.detectors.waste import WasteDetector
-from watchdog.ledger import enforce_retention
-from watchdog.retention import downsample_cutoff, run_retention
+from volcano_monitor.watchdog import retention
+from volcano_monitor.watchdog.capability.policy import percentile
+from volcano_monitor.watchdog.capability.store import usage_buckets
+from volcano_monitor.watchdog.config import Retention, Settings
+from volcano_monitor.watchdog.db.engine import alembic_config, make_engine, migrate
+from volcano_monitor.watchdog.db.models import Alert, JobRun, UsageRollup, UsageRollupHourly
+from volcano_monitor.watchdog.detectors.waste import WasteDetector
+from volcano_monitor.watchdog.ledger import enforce_retention
+from volcano_monitor.watchdog.retention import downsample_cutoff, run_retention
 
 NOW = datetime(2024, 5, 20, 12, 7, tzinfo=UTC)
 BUCKET = 300

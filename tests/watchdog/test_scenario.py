@@ -10,10 +10,10 @@ from pathlib import Path
 import pytest
 from sqlalchemy import Engine
 
-from simulator.runtime import SimulatorThread
 from tests.simtools import wait_for
 from tests.watchdog.harness import FAST_DETECTORS, alerts, fast_settings, kinds_by_workload, runs, start_watchdog
-from watchdog.db.engine import make_engine
+from volcano_monitor.simulator.runtime import SimulatorThread
+from volcano_monitor.watchdog.db.engine import make_engine
 
 # Scenario seconds per real second: hp-search starts waiting at ~21600 s (18 s real).
 SPEED = 1200
@@ -115,16 +115,16 @@ def test_ledger_agrees_with_the_simulated_usage_and_over_requests_are_found(
 
 
 def restart_counts(sim: SimulatorThread) -> dict[tuple[str, str], int]:
-    from exporter.model import parse_pod
-    from simulator import resources as R
+    from volcano_monitor.core.model import parse_pod
+    from volcano_monitor.simulator import resources as R
 
     return {(p["metadata"]["namespace"], p["metadata"]["name"]): parse_pod(p).restart_count
             for p in sim.call(sim.store.objects, R.PODS)}
 
 
 def pod_cpu_requests(sim: SimulatorThread) -> dict[tuple[str, str], float]:
-    from exporter.model import parse_pod, res_get
-    from simulator import resources as R
+    from volcano_monitor.core.model import parse_pod, res_get
+    from volcano_monitor.simulator import resources as R
 
     return {(p["metadata"]["namespace"], p["metadata"]["name"]): res_get(parse_pod(p).requests, "cpu")
             for p in sim.call(sim.store.objects, R.PODS)}

@@ -14,9 +14,14 @@ from typing import Any
 import orjson
 import pytest
 
-from watchdog.config import PrometheusSource
-from watchdog.usage.prometheus import PrometheusCollector, namespace_matcher, promql_string, regex_literal
-from watchdog.usage.samples import UsageSample
+from volcano_monitor.watchdog.config import PrometheusSource
+from volcano_monitor.watchdog.usage.prometheus import (
+    PrometheusCollector,
+    namespace_matcher,
+    promql_string,
+    regex_literal,
+)
+from volcano_monitor.watchdog.usage.samples import UsageSample
 
 NOW = 1714557600.0
 Answer = Callable[[str], tuple[int, bytes]]

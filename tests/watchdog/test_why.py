@@ -10,18 +10,18 @@ from typing import Any
 from fastapi.testclient import TestClient
 from sqlalchemy import Engine
 
-from exporter.kube.informer import ADDED, DELETED, MODIFIED
-from exporter.model import parse_job, parse_podgroup, parse_queue
-from exporter.pending import REASONS
-from simulator.runtime import SimulatorThread
 from tests.exporter import objects
 from tests.exporter.objects import job_podgroup, queue, waiting_job
 from tests.simtools import wait_for
 from tests.watchdog.harness import fast_settings, start_watchdog
-from watchdog.api import Health, create_app
-from watchdog.app import Watchdog
-from watchdog.config import Settings
-from watchdog.why import why_router
+from volcano_monitor.core.kube.informer import ADDED, DELETED, MODIFIED
+from volcano_monitor.core.model import parse_job, parse_podgroup, parse_queue
+from volcano_monitor.core.pending import REASONS
+from volcano_monitor.simulator.runtime import SimulatorThread
+from volcano_monitor.watchdog.api import Health, create_app
+from volcano_monitor.watchdog.app import Watchdog
+from volcano_monitor.watchdog.config import Settings
+from volcano_monitor.watchdog.why import why_router
 
 GPU = "nvidia.com/gpu"
 

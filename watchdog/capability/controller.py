@@ -28,12 +28,23 @@ from sqlalchemy import Engine
 from sqlalchemy.exc import SQLAlchemyError
 from sqlalchemy.orm import Session
 
-from exporter.kube.informer import DELETED, Backoff, Informer
-from exporter.kube.resources import NODES, PODGROUPS, PODS, QUEUES, ResourceKind
-from exporter.model import Node, Pod, PodGroup, Queue, parse_node, parse_pod, parse_podgroup, parse_queue, res_dict
-from exporter.podview import is_volcano_pod
-from watchdog.capability import kube, store
-from watchdog.capability.guardrails import (
+from volcano_monitor.core.backoff import Backoff
+from volcano_monitor.core.kube.informer import DELETED, Informer
+from volcano_monitor.core.kube.resources import NODES, PODGROUPS, PODS, QUEUES, ResourceKind
+from volcano_monitor.core.model import (
+    Node,
+    Pod,
+    PodGroup,
+    Queue,
+    parse_node,
+    parse_pod,
+    parse_podgroup,
+    parse_queue,
+    res_dict,
+)
+from volcano_monitor.core.podview import is_volcano_pod
+from volcano_monitor.watchdog.capability import kube, store
+from volcano_monitor.watchdog.capability.guardrails import (
     Limits,
     QueuePlan,
     format_quantity,
@@ -41,10 +52,10 @@ from watchdog.capability.guardrails import (
     parent_limits,
     plan_queue,
 )
-from watchdog.capability.policy import Target, demand_target, pending_requests, share_target
-from watchdog.capability.settings import CapabilitySettings, QueuePolicy
-from watchdog.capability.store import APPLIED, DRY_RUN, CapabilityChange
-from watchdog.leader import ApiUnavailable, Leadership
+from volcano_monitor.watchdog.capability.policy import Target, demand_target, pending_requests, share_target
+from volcano_monitor.watchdog.capability.settings import CapabilitySettings, QueuePolicy
+from volcano_monitor.watchdog.capability.store import APPLIED, DRY_RUN, CapabilityChange
+from volcano_monitor.watchdog.leader import ApiUnavailable, Leadership
 
 log = logging.getLogger(__name__)
 

@@ -11,10 +11,10 @@ from typing import Any
 
 from kubernetes import client
 
-from exporter.kube.resources import EVENTS, QUEUES
-from exporter.model import Queue, parse_queue
-from watchdog.capability.guardrails import format_quantity
-from watchdog.leader import request_json
+from volcano_monitor.core.kube.resources import EVENTS, QUEUES
+from volcano_monitor.core.model import Queue, parse_queue
+from volcano_monitor.watchdog.capability.guardrails import format_quantity
+from volcano_monitor.watchdog.leader import request_json
 
 log = logging.getLogger(__name__)
 

@@ -9,8 +9,8 @@ from __future__ import annotations
 
 from typing import Protocol
 
-from exporter.model import res_from
-from watchdog.metrics import CAPABILITY_TARGET, CAPABILITY_UPDATES
+from volcano_monitor.core.model import res_from
+from volcano_monitor.watchdog.metrics import CAPABILITY_TARGET, CAPABILITY_UPDATES
 
 
 class CapabilityCounters(Protocol):

@@ -13,7 +13,7 @@ from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, model_validator
 
-from exporter.quantity import parse_quantity
+from volcano_monitor.core.quantity import parse_quantity
 
 DEFAULT_RESOURCES = ("cpu", "memory", "nvidia.com/gpu")
 

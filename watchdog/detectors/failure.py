@@ -27,9 +27,9 @@ from __future__ import annotations
 from collections import OrderedDict
 from typing import Any
 
-from exporter.model import JOB_TERMINAL_PHASES, Job, Pod, res_get
-from watchdog.config import Detectors
-from watchdog.detectors.base import (
+from volcano_monitor.core.model import JOB_TERMINAL_PHASES, Job, Pod, res_get
+from volcano_monitor.watchdog.config import Detectors
+from volcano_monitor.watchdog.detectors.base import (
     JOB_FAILED,
     JOB_RETRYING,
     POD_OOM_KILLED,

@@ -37,11 +37,11 @@ from collections.abc import Callable
 from datetime import UTC, datetime
 from typing import Any, NamedTuple
 
-from exporter.model import Job, PodGroup, Resources, res_add, res_dict
-from exporter.podview import Pod
-from watchdog.config import Detectors
-from watchdog.detectors.base import GANG_UNSCHEDULABLE, PARTIAL_GANG, Signal, fingerprint
-from watchdog.events import SchedulerNotes
+from volcano_monitor.core.model import Job, PodGroup, Resources, res_add, res_dict
+from volcano_monitor.core.podview import Pod
+from volcano_monitor.watchdog.config import Detectors
+from volcano_monitor.watchdog.detectors.base import GANG_UNSCHEDULABLE, PARTIAL_GANG, Signal, fingerprint
+from volcano_monitor.watchdog.events import SchedulerNotes
 
 __all__ = ["Blocked", "GangDetector"]
 

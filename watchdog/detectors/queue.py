@@ -23,10 +23,10 @@ from __future__ import annotations
 
 from typing import NamedTuple
 
-from exporter.model import PodGroup, Queue, Resources, res_dict, res_get
-from exporter.podview import Pod
-from watchdog.config import Detectors
-from watchdog.detectors.base import QUEUE_STARVED, Signal, fingerprint
+from volcano_monitor.core.model import PodGroup, Queue, Resources, res_dict, res_get
+from volcano_monitor.core.podview import Pod
+from volcano_monitor.watchdog.config import Detectors
+from volcano_monitor.watchdog.detectors.base import QUEUE_STARVED, Signal, fingerprint
 
 __all__ = ["QueueDetector"]
 

@@ -29,10 +29,10 @@ from typing import Any
 from sqlalchemy import and_, func, or_, select
 from sqlalchemy.orm import Session
 
-from watchdog.config import Detectors
-from watchdog.db.models import Alert, JobRun, UsageRollup
-from watchdog.detectors.base import JOB_IDLE, OVER_REQUESTED, Signal, fingerprint
-from watchdog.ledger import ended_at
+from volcano_monitor.watchdog.config import Detectors
+from volcano_monitor.watchdog.db.models import Alert, JobRun, UsageRollup
+from volcano_monitor.watchdog.detectors.base import JOB_IDLE, OVER_REQUESTED, Signal, fingerprint
+from volcano_monitor.watchdog.ledger import ended_at
 
 __all__ = ["MIN_COVERAGE", "WasteDetector"]
 

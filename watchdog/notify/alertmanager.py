@@ -13,8 +13,8 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
-from watchdog.detectors.base import SEVERITIES
-from watchdog.notify.message import AlertItem, rfc3339
+from volcano_monitor.watchdog.detectors.base import SEVERITIES
+from volcano_monitor.watchdog.notify.message import AlertItem, rfc3339
 
 __all__ = ["AlertmanagerAlert", "AlertmanagerPayload", "items"]
 

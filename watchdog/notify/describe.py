@@ -6,10 +6,10 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
-from watchdog.db.models import Alert
-from watchdog.detectors.base import JOB_FAILED, JOB_IDLE, OVER_REQUESTED, POD_OOM_KILLED, POD_REJECTED
-from watchdog.notify.message import AlertItem, rfc3339
-from watchdog.recommend import Recommendation
+from volcano_monitor.watchdog.db.models import Alert
+from volcano_monitor.watchdog.detectors.base import JOB_FAILED, JOB_IDLE, OVER_REQUESTED, POD_OOM_KILLED, POD_REJECTED
+from volcano_monitor.watchdog.notify.message import AlertItem, rfc3339
+from volcano_monitor.watchdog.recommend import Recommendation
 
 __all__ = ["alert_item", "format_bytes", "reasons", "recommendation_text"]
 

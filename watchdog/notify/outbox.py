@@ -34,9 +34,9 @@ from sqlalchemy import ColumnElement, and_, delete, exists, func, select, update
 from sqlalchemy.orm import Session, aliased
 from sqlalchemy.orm.attributes import set_committed_value
 
-from watchdog.db.models import NotificationDelivery, NotificationEntry, NotificationGroup, Silence
-from watchdog.notify.message import AlertItem, Message, MessageMentions
-from watchdog.notify.routing import (
+from volcano_monitor.watchdog.db.models import NotificationDelivery, NotificationEntry, NotificationGroup, Silence
+from volcano_monitor.watchdog.notify.message import AlertItem, Message, MessageMentions
+from volcano_monitor.watchdog.notify.routing import (
     Matcher,
     Placement,
     ResolvedRoute,
@@ -45,7 +45,7 @@ from watchdog.notify.routing import (
     parse_matcher,
     resolve_tree,
 )
-from watchdog.notify.settings import Notifications
+from volcano_monitor.watchdog.notify.settings import Notifications
 
 __all__ = ["DEAD", "PENDING", "SENDING", "SENT", "UNCERTAIN", "GroupContended", "Outbox", "alert_labels"]
 

@@ -14,7 +14,7 @@ import re
 from collections.abc import Mapping
 from dataclasses import dataclass
 
-from watchdog.notify.settings import Route
+from volcano_monitor.watchdog.notify.settings import Route
 
 __all__ = ["DEFAULTS", "Matcher", "Placement", "ResolvedRoute", "group_key", "match_routes", "parse_matcher",
            "resolve_tree"]

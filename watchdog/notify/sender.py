@@ -31,14 +31,14 @@ from sqlalchemy import Engine
 from sqlalchemy.exc import SQLAlchemyError
 from sqlalchemy.orm import Session
 
-from exporter.kube.informer import Backoff
-from watchdog.db.engine import describe_error
-from watchdog.leader import AlwaysLeader
-from watchdog.notify import outbox
-from watchdog.notify.channels import Channel, SendResult, build_channel, send
-from watchdog.notify.message import Message
-from watchdog.notify.outbox import DEAD, PENDING, SENT, UNCERTAIN, Outbox
-from watchdog.notify.settings import Delivery
+from volcano_monitor.core.backoff import Backoff
+from volcano_monitor.watchdog.db.engine import describe_error
+from volcano_monitor.watchdog.leader import AlwaysLeader
+from volcano_monitor.watchdog.notify import outbox
+from volcano_monitor.watchdog.notify.channels import Channel, SendResult, build_channel, send
+from volcano_monitor.watchdog.notify.message import Message
+from volcano_monitor.watchdog.notify.outbox import DEAD, PENDING, SENT, UNCERTAIN, Outbox
+from volcano_monitor.watchdog.notify.settings import Delivery
 
 __all__ = ["Leader", "Notifier", "RateLimiter"]
 

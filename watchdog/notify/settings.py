@@ -189,7 +189,7 @@ class Notifications(_Section):
         def check(route: Route, path: str) -> None:
             if route.receiver is not None and route.receiver not in names:
                 raise ValueError(f"{path}.receiver: no receiver named {route.receiver!r}")
-            from watchdog.notify.routing import parse_matcher  # late: routing imports these models
+            from volcano_monitor.watchdog.notify.routing import parse_matcher  # late: routing imports these models
 
             for text in route.matchers:
                 parse_matcher(text)  # ValueError names the matcher

@@ -14,8 +14,8 @@ from typing import Annotated, Literal
 from fastapi import APIRouter, Depends, HTTPException, Query, Request, Response
 from sqlalchemy.orm import Session
 
-from watchdog.report.compute import compute_report, parse_moment
-from watchdog.report.render import render
+from volcano_monitor.watchdog.report.compute import compute_report, parse_moment
+from volcano_monitor.watchdog.report.render import render
 
 MEDIA_TYPES = {"json": "application/json", "csv": "text/csv; charset=utf-8", "html": "text/html; charset=utf-8",
                "md": "text/markdown; charset=utf-8", "table": "text/plain; charset=utf-8"}

@@ -23,9 +23,9 @@ from typing import Any, Literal
 from sqlalchemy import and_, func, or_, select
 from sqlalchemy.orm import Session
 
-from watchdog.db.models import Alert, JobRun
-from watchdog.detectors.failure import FAILED_PHASES
-from watchdog.ledger import ended_at
+from volcano_monitor.watchdog.db.models import Alert, JobRun
+from volcano_monitor.watchdog.detectors.failure import FAILED_PHASES
+from volcano_monitor.watchdog.ledger import ended_at
 
 GroupBy = Literal["queue", "namespace"]
 GROUPINGS: tuple[GroupBy, ...] = ("queue", "namespace")
@@ -170,7 +170,7 @@ def compute_report(session: Session, since: datetime, until: datetime, by: Group
 def parse_moment(text: str, now: datetime) -> datetime:
     """`7d` / `36h` / seconds: that long before `now`; else an ISO 8601 time (UTC when it names no zone).
     ValueError otherwise."""
-    from watchdog.notify.settings import parse_duration
+    from volcano_monitor.watchdog.notify.settings import parse_duration
 
     try:
         return now - timedelta(seconds=parse_duration(text))

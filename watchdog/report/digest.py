@@ -21,14 +21,14 @@ from sqlalchemy import Engine, select
 from sqlalchemy.exc import IntegrityError, SQLAlchemyError
 from sqlalchemy.orm import Session
 
-from watchdog.config import Digest, Reports
-from watchdog.db.engine import describe_error
-from watchdog.db.models import NotificationDelivery, NotificationGroup, ReportDigestSent
-from watchdog.notify.message import AlertItem, Message, rfc3339
-from watchdog.notify.outbox import FIRING, NOTICE_LABEL, PENDING
-from watchdog.notify.sender import Leader
-from watchdog.report.compute import Report, compute_report
-from watchdog.report.cron import parse_cron
+from volcano_monitor.watchdog.config import Digest, Reports
+from volcano_monitor.watchdog.db.engine import describe_error
+from volcano_monitor.watchdog.db.models import NotificationDelivery, NotificationGroup, ReportDigestSent
+from volcano_monitor.watchdog.notify.message import AlertItem, Message, rfc3339
+from volcano_monitor.watchdog.notify.outbox import FIRING, NOTICE_LABEL, PENDING
+from volcano_monitor.watchdog.notify.sender import Leader
+from volcano_monitor.watchdog.report.compute import Report, compute_report
+from volcano_monitor.watchdog.report.cron import parse_cron
 
 __all__ = ["DigestScheduler", "digest_message", "due_period", "queue_digest", "report_link"]
 

@@ -13,7 +13,7 @@ from collections.abc import Iterable, Sequence
 from datetime import datetime
 from urllib.parse import urlencode
 
-from watchdog.recommend import Recommendation, format_cpu, format_memory
+from volcano_monitor.watchdog.recommend import Recommendation, format_cpu, format_memory
 
 STYLE = """
 body{font:14px/1.4 system-ui,sans-serif;margin:0;color:#1d2329;background:#f6f7f9}

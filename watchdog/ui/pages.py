@@ -19,14 +19,28 @@ from pydantic import ValidationError
 from sqlalchemy import Engine, func, select
 from sqlalchemy.orm import Session
 
-from watchdog import api as wapi
-from watchdog import recommend
-from watchdog.capability import store
-from watchdog.config import Settings
-from watchdog.db.models import Alert, JobRun, NotificationDelivery, Silence, UsageRollup
-from watchdog.notify.api import STATES, SilenceIn
-from watchdog.ui.forms import FormTokenRoute, error_page, form_of, refused_reader
-from watchdog.ui.html import amount, amounts, chart, cores, esc, gib, link, page, percent, qs, table, when, yaml_patch
+from volcano_monitor.watchdog import api as wapi
+from volcano_monitor.watchdog import recommend
+from volcano_monitor.watchdog.capability import store
+from volcano_monitor.watchdog.config import Settings
+from volcano_monitor.watchdog.db.models import Alert, JobRun, NotificationDelivery, Silence, UsageRollup
+from volcano_monitor.watchdog.notify.api import STATES, SilenceIn
+from volcano_monitor.watchdog.ui.forms import FormTokenRoute, error_page, form_of, refused_reader
+from volcano_monitor.watchdog.ui.html import (
+    amount,
+    amounts,
+    chart,
+    cores,
+    esc,
+    gib,
+    link,
+    page,
+    percent,
+    qs,
+    table,
+    when,
+    yaml_patch,
+)
 
 PAGE = 50
 Text = Annotated[str, Query(max_length=253, pattern=r"^[^\x00]*$")]
@@ -343,7 +357,7 @@ def _amounts(values: Any) -> str:
 
 def _title(message: Any) -> str:
     """The message's title, from the stored JSON (a malformed one shows as empty)."""
-    from watchdog.notify.message import Message
+    from volcano_monitor.watchdog.notify.message import Message
 
     try:
         return Message.from_dict(message).title

@@ -24,11 +24,11 @@ import orjson
 import urllib3
 from kubernetes import client
 
-from exporter._read import parse_timestamp
-from exporter.kube.informer import gc_paused
-from exporter.kube.resources import POD_METRICS
-from exporter.quantity import QuantityError, parse_quantity
-from watchdog.usage.samples import UsageSample
+from volcano_monitor.core.fields import parse_timestamp
+from volcano_monitor.core.kube.informer import gc_paused
+from volcano_monitor.core.kube.resources import POD_METRICS
+from volcano_monitor.core.quantity import QuantityError, parse_quantity
+from volcano_monitor.watchdog.usage.samples import UsageSample
 
 log = logging.getLogger(__name__)
 

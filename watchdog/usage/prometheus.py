@@ -26,8 +26,8 @@ from typing import Any
 import httpx
 import orjson
 
-from watchdog.config import PrometheusSource
-from watchdog.usage.samples import UsageSample
+from volcano_monitor.watchdog.config import PrometheusSource
+from volcano_monitor.watchdog.usage.samples import UsageSample
 
 log = logging.getLogger(__name__)
 

@@ -10,9 +10,9 @@ from typing import Any
 import pytest
 from kubernetes import client
 
-from simulator import resources as R
-from simulator.runtime import SimulatorThread
 from tests.simtools import client_for
+from volcano_monitor.simulator import resources as R
+from volcano_monitor.simulator.runtime import SimulatorThread
 
 Obj = dict[str, Any]
 

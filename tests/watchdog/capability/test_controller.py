@@ -18,8 +18,6 @@ from kubernetes import client
 from sqlalchemy import Engine, select
 from sqlalchemy.orm import Session
 
-from simulator import resources as R
-from simulator.runtime import SimulatorThread
 from tests.simtools import FakeClock, client_for, wait_for
 from tests.watchdog.capability.conftest import (
     capability,
@@ -31,16 +29,18 @@ from tests.watchdog.capability.conftest import (
     set_allocated,
     stored,
 )
-from watchdog.capability import store
-from watchdog.capability.api import capability_router
-from watchdog.capability.controller import CapabilityController
-from watchdog.capability.metrics import render_capability_metrics
-from watchdog.capability.settings import CapabilitySettings
-from watchdog.capability.store import CapabilityChange
-from watchdog.db.models import CapabilityChange as ChangeRow
-from watchdog.db.models import UsageRollup
-from watchdog.leader import AlwaysLeader, LeaderElector
-from watchdog.notify.settings import LeaderElection
+from volcano_monitor.simulator import resources as R
+from volcano_monitor.simulator.runtime import SimulatorThread
+from volcano_monitor.watchdog.capability import store
+from volcano_monitor.watchdog.capability.api import capability_router
+from volcano_monitor.watchdog.capability.controller import CapabilityController
+from volcano_monitor.watchdog.capability.metrics import render_capability_metrics
+from volcano_monitor.watchdog.capability.settings import CapabilitySettings
+from volcano_monitor.watchdog.capability.store import CapabilityChange
+from volcano_monitor.watchdog.db.models import CapabilityChange as ChangeRow
+from volcano_monitor.watchdog.db.models import UsageRollup
+from volcano_monitor.watchdog.leader import AlwaysLeader, LeaderElector
+from volcano_monitor.watchdog.notify.settings import LeaderElection
 
 GPU = "nvidia.com/gpu"
 GPU_SHARE = {"share": {"fraction": 0.5, "node_selector": {"pool": "gpu"}, "resources": [GPU]}}

@@ -9,12 +9,12 @@ from pathlib import Path
 
 from kubernetes import client
 
-from simulator import resources as R
-from simulator.runtime import SimulatorThread
 from tests.simtools import FakeClock, client_for, wait_for
 from tests.watchdog.capability.conftest import stored
-from watchdog.leader import AlwaysLeader, LeaderElector, make_leader, request_json
-from watchdog.notify.settings import LeaderElection
+from volcano_monitor.simulator import resources as R
+from volcano_monitor.simulator.runtime import SimulatorThread
+from volcano_monitor.watchdog.leader import AlwaysLeader, LeaderElector, make_leader, request_json
+from volcano_monitor.watchdog.notify.settings import LeaderElection
 
 T0 = 1_700_000_000.0
 

@@ -5,11 +5,11 @@ from __future__ import annotations
 import pytest
 from pydantic import ValidationError
 
-from exporter.model import parse_node, parse_pod
 from tests.watchdog.capability.conftest import node
-from watchdog.capability.policy import demand_target, pending_requests, percentile, share_target
-from watchdog.capability.settings import CapabilitySettings, DemandPolicy, SharePolicy
-from watchdog.config import ConfigError, load
+from volcano_monitor.core.model import parse_node, parse_pod
+from volcano_monitor.watchdog.capability.policy import demand_target, pending_requests, percentile, share_target
+from volcano_monitor.watchdog.capability.settings import CapabilitySettings, DemandPolicy, SharePolicy
+from volcano_monitor.watchdog.config import ConfigError, load
 
 GI = 2**30
 

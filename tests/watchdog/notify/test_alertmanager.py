@@ -23,15 +23,15 @@ from fastapi.testclient import TestClient
 from sqlalchemy import Engine, func, select
 from sqlalchemy.orm import Session
 
-from simulator.chatinbox import ChatInbox, InboxMessage
-from simulator.stack import alertmanager_binary
 from tests.exporter.test_cli import free_port
-from watchdog.api import Health, create_app
-from watchdog.app import Watchdog
-from watchdog.config import Settings, load
-from watchdog.db.engine import make_engine
-from watchdog.db.models import NotificationDelivery, NotificationEntry, NotificationGroup
-from watchdog.notify.outbox import Outbox
+from volcano_monitor.simulator.chatinbox import ChatInbox, InboxMessage
+from volcano_monitor.simulator.stack import alertmanager_binary
+from volcano_monitor.watchdog.api import Health, create_app
+from volcano_monitor.watchdog.app import Watchdog
+from volcano_monitor.watchdog.config import Settings, load
+from volcano_monitor.watchdog.db.engine import make_engine
+from volcano_monitor.watchdog.db.models import NotificationDelivery, NotificationEntry, NotificationGroup
+from volcano_monitor.watchdog.notify.outbox import Outbox
 
 TOKEN = "am-t0ken-Sekret-77"
 RECEIVER_PATH = "/api/v1/alertmanager"

@@ -18,8 +18,8 @@ from urllib.parse import parse_qs, quote_plus, unquote, urlsplit
 import httpx
 import pytest
 
-from simulator.chatinbox import ChatInbox
-from watchdog.notify.channels import (
+from volcano_monitor.simulator.chatinbox import ChatInbox
+from volcano_monitor.watchdog.notify.channels import (
     Channel,
     DingTalk,
     Feishu,
@@ -30,9 +30,9 @@ from watchdog.notify.channels import (
     build_channel,
     send,
 )
-from watchdog.notify.channels.render import clip_utf8, safe_url
-from watchdog.notify.message import AlertItem, Message, MessageMentions
-from watchdog.notify.settings import Receiver
+from volcano_monitor.watchdog.notify.channels.render import clip_utf8, safe_url
+from volcano_monitor.watchdog.notify.message import AlertItem, Message, MessageMentions
+from volcano_monitor.watchdog.notify.settings import Receiver
 
 KINDS = ("slack", "feishu", "dingtalk", "wecom", "teams", "webhook")
 FEISHU_SECRET = "feishu-signing-secret-7Qx"

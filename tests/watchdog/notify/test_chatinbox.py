@@ -19,7 +19,7 @@ from urllib.parse import quote_plus
 import httpx
 import pytest
 
-from simulator.chatinbox import ChatInbox
+from volcano_monitor.simulator.chatinbox import ChatInbox
 
 ROOT = Path(__file__).resolve().parents[3]
 FEISHU_SECRET = "fs-secret"
@@ -159,7 +159,7 @@ def test_get_messages_clear_and_wait(inbox: ChatInbox, client: httpx.Client) -> 
 
 def test_cli_prints_one_line_per_message(client: httpx.Client) -> None:
     env = {**os.environ, "PYTHONUNBUFFERED": "1"}
-    process = subprocess.Popen([sys.executable, "-m", "simulator.chatinbox", "--listen", "127.0.0.1:0"],
+    process = subprocess.Popen([sys.executable, "-m", "volcano_monitor.simulator.chatinbox", "--listen", "127.0.0.1:0"],
                                cwd=ROOT, env=env, stdout=subprocess.PIPE, text=True)
     try:
         assert process.stdout is not None
@@ -177,6 +177,7 @@ def test_cli_prints_one_line_per_message(client: httpx.Client) -> None:
 
 
 def test_cli_bad_listen_exits_2() -> None:
-    done = subprocess.run([sys.executable, "-m", "simulator.chatinbox", "--listen", "nowhere"], cwd=ROOT,
+    done = subprocess.run([sys.executable, "-m", "volcano_monitor.simulator.chatinbox", "--listen", "nowhere"],
+                          cwd=ROOT,
                           capture_output=True, text=True, timeout=30)
     assert done.returncode == 2 and "expected HOST:PORT" in done.stderr

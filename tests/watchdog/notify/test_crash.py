@@ -12,13 +12,13 @@ import yaml
 from sqlalchemy import select
 from sqlalchemy.orm import Session
 
-from simulator.chatinbox import ChatInbox, InboxMessage
-from simulator.runtime import SimulatorThread, write_kubeconfig
 from tests.simtools import wait_for
 from tests.watchdog.harness import FAST_DETECTORS
 from tests.watchdog.test_crash import start_cli
-from watchdog.db.engine import make_engine
-from watchdog.db.models import NotificationDelivery
+from volcano_monitor.simulator.chatinbox import ChatInbox, InboxMessage
+from volcano_monitor.simulator.runtime import SimulatorThread, write_kubeconfig
+from volcano_monitor.watchdog.db.engine import make_engine
+from volcano_monitor.watchdog.db.models import NotificationDelivery
 
 
 def alert_set(message: InboxMessage) -> frozenset[tuple[str, str]]:

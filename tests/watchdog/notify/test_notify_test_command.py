@@ -5,8 +5,8 @@ from pathlib import Path
 import pytest
 import yaml
 
-from simulator.chatinbox import ChatInbox
-from watchdog.cli import main
+from volcano_monitor.simulator.chatinbox import ChatInbox
+from volcano_monitor.watchdog.cli import main
 
 
 def config(tmp_path: Path, url: str) -> Path:

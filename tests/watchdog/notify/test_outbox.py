@@ -9,11 +9,11 @@ from typing import Any
 from sqlalchemy import Engine, select
 from sqlalchemy.orm import Session
 
-from watchdog.config import load
-from watchdog.db.models import NotificationDelivery, Silence
-from watchdog.notify import outbox as ob
-from watchdog.notify.message import AlertItem, Message
-from watchdog.notify.outbox import Outbox
+from volcano_monitor.watchdog.config import load
+from volcano_monitor.watchdog.db.models import NotificationDelivery, Silence
+from volcano_monitor.watchdog.notify import outbox as ob
+from volcano_monitor.watchdog.notify.message import AlertItem, Message
+from volcano_monitor.watchdog.notify.outbox import Outbox
 
 T0 = datetime(2026, 11, 24, 12, 0, tzinfo=UTC)
 

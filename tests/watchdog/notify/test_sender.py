@@ -13,13 +13,13 @@ import pytest
 from sqlalchemy import Engine, select
 from sqlalchemy.orm import Session
 
-from simulator.chatinbox import ChatInbox
 from tests.simtools import wait_for
-from watchdog.config import load
-from watchdog.db.models import NotificationDelivery
-from watchdog.notify.message import AlertItem
-from watchdog.notify.outbox import Outbox
-from watchdog.notify.sender import Notifier, RateLimiter
+from volcano_monitor.simulator.chatinbox import ChatInbox
+from volcano_monitor.watchdog.config import load
+from volcano_monitor.watchdog.db.models import NotificationDelivery
+from volcano_monitor.watchdog.notify.message import AlertItem
+from volcano_monitor.watchdog.notify.outbox import Outbox
+from volcano_monitor.watchdog.notify.sender import Notifier, RateLimiter
 
 JOBS = ("a", "b", "c")
 

@@ -15,15 +15,15 @@ from fastapi.testclient import TestClient
 from sqlalchemy import Engine, func, select
 from sqlalchemy.orm import Session
 
-from simulator.chatinbox import ChatInbox
 from tests.simtools import wait_for
 from tests.watchdog.report.test_compute import SINCE, UNTIL, expected, insert, make_alerts, make_rows
-from watchdog.api import Health, create_app
-from watchdog.config import Settings, load
-from watchdog.db.models import ReportDigestSent
-from watchdog.notify.outbox import Outbox
-from watchdog.notify.sender import Notifier
-from watchdog.report.digest import DigestScheduler, due_period
+from volcano_monitor.simulator.chatinbox import ChatInbox
+from volcano_monitor.watchdog.api import Health, create_app
+from volcano_monitor.watchdog.config import Settings, load
+from volcano_monitor.watchdog.db.models import ReportDigestSent
+from volcano_monitor.watchdog.notify.outbox import Outbox
+from volcano_monitor.watchdog.notify.sender import Notifier
+from volcano_monitor.watchdog.report.digest import DigestScheduler, due_period
 
 API = "http://watchdog.example:9747"
 # Fridays 12:00 UTC: UNTIL is a Friday noon at least a week ago, so the digest of [SINCE, UNTIL) is due at UNTIL.
@@ -149,7 +149,7 @@ def test_due_period_and_lateness() -> None:
 
 
 def test_a_digest_must_name_a_configured_receiver() -> None:
-    from watchdog.config import ConfigError
+    from volcano_monitor.watchdog.config import ConfigError
 
     with pytest.raises(ConfigError, match=r"reports.digests\[0\].receiver: no receiver named 'nobody'"):
         load(None, environ={}, reports={"digests": [{"name": "w", "schedule": SCHEDULE, "receiver": "nobody"}]})

@@ -21,16 +21,23 @@ from pydantic import SecretStr
 from sqlalchemy import Engine, func, select
 from sqlalchemy.orm import Session
 
-from simulator.runtime import SimulatorThread
 from tests.simtools import client_for, wait_for
 from tests.watchdog.harness import fast_settings, start_watchdog
 from tests.watchdog.test_crash import free_port
-from watchdog.api import Health, QueueView, create_app
-from watchdog.capability.controller import CapabilityController
-from watchdog.capability.settings import CapabilitySettings
-from watchdog.db.engine import make_engine
-from watchdog.db.models import Alert, CapabilityChange, JobRun, NotificationDelivery, Silence, UsageRollup
-from watchdog.leader import AlwaysLeader
+from volcano_monitor.simulator.runtime import SimulatorThread
+from volcano_monitor.watchdog.api import Health, QueueView, create_app
+from volcano_monitor.watchdog.capability.controller import CapabilityController
+from volcano_monitor.watchdog.capability.settings import CapabilitySettings
+from volcano_monitor.watchdog.db.engine import make_engine
+from volcano_monitor.watchdog.db.models import (
+    Alert,
+    CapabilityChange,
+    JobRun,
+    NotificationDelivery,
+    Silence,
+    UsageRollup,
+)
+from volcano_monitor.watchdog.leader import AlwaysLeader
 
 TOKEN = "ui-write-T0ken"
 READ = "ui-read-T0ken"

@@ -16,10 +16,10 @@ from sqlalchemy import Engine, select
 from sqlalchemy.orm import Session
 
 from tests.watchdog.test_api import NOW, TOKEN, health, insert, make_alert, make_run
-from watchdog.api import QueueView, create_app
-from watchdog.app import Watchdog
-from watchdog.config import Settings
-from watchdog.db.models import (
+from volcano_monitor.watchdog.api import QueueView, create_app
+from volcano_monitor.watchdog.app import Watchdog
+from volcano_monitor.watchdog.config import Settings
+from volcano_monitor.watchdog.db.models import (
     Alert,
     CapabilityChange,
     CapabilityPlan,
@@ -28,8 +28,8 @@ from watchdog.db.models import (
     Silence,
     UsageRollup,
 )
-from watchdog.notify.routing import parse_matcher
-from watchdog.recommend import HistogramBook
+from volcano_monitor.watchdog.notify.routing import parse_matcher
+from volcano_monitor.watchdog.recommend import HistogramBook
 
 READ = "read-only-T0ken"
 EVIL = '<script>alert("x")</script>'
@@ -186,8 +186,8 @@ def test_queue_tree_follows_parents(engine: Engine) -> None:
 
 def test_links_in_chat_messages_land_on_the_ui(engine: Engine) -> None:
     """An alert's link in a message (api_url + path) is the UI page of that alert, and it renders."""
-    from watchdog.notify.describe import alert_item
-    from watchdog.notify.sample import sample_message
+    from volcano_monitor.watchdog.notify.describe import alert_item
+    from volcano_monitor.watchdog.notify.sample import sample_message
 
     insert(engine, make_alert(1))
     with Session(engine) as session:

@@ -15,8 +15,8 @@ import hmac
 from typing import Any
 from urllib.parse import quote_plus
 
-from watchdog.notify.channels.base import Channel, code_error, json_object
-from watchdog.notify.channels.render import (
+from volcano_monitor.watchdog.notify.channels.base import Channel, code_error, json_object
+from volcano_monitor.watchdog.notify.channels.render import (
     EMOJI,
     TITLE_CHARS,
     clip,
@@ -30,7 +30,7 @@ from watchdog.notify.channels.render import (
     ordered,
     view,
 )
-from watchdog.notify.message import Message
+from volcano_monitor.watchdog.notify.message import Message
 
 MAX_ALERTS = 15
 MAX_BYTES = 18_000

@@ -1,4 +1,4 @@
-"""Typed, never-raising readers of raw JSON fields, shared by :mod:`exporter.model`.
+"""Typed, never-raising readers of raw JSON fields, shared by :mod:`core.model`.
 
 Every reader takes the containing object, the key, the path prefix of the container (``"spec."``,
 ``"spec.tasks[1]."``) and the problem list. A value of the wrong type is reported as

@@ -19,7 +19,6 @@ from __future__ import annotations
 import contextlib
 import gc
 import logging
-import random
 import threading
 import time
 from collections import Counter
@@ -31,7 +30,8 @@ import orjson
 import urllib3
 from kubernetes import client
 
-from exporter.kube.resources import ResourceKind
+from volcano_monitor.core.backoff import Backoff
+from volcano_monitor.core.kube.resources import ResourceKind
 
 log = logging.getLogger(__name__)
 
@@ -64,21 +64,6 @@ class WatchExpired(Exception):
 class Entry(Generic[T]):
     resource_version: str
     obj: T
-
-
-class Backoff:
-    """Exponential backoff with equal jitter: half fixed, half random, capped."""
-
-    def __init__(self, base: float = 0.5, cap: float = 30.0) -> None:
-        self.base, self.cap, self.failures = base, cap, 0
-
-    def next_delay(self) -> float:
-        ceiling = min(self.cap, self.base * (2 ** min(self.failures, 30)))
-        self.failures += 1
-        return float(ceiling / 2 + random.uniform(0, ceiling / 2))
-
-    def reset(self) -> None:
-        self.failures = 0
 
 
 _gc_lock = threading.Lock()

@@ -13,8 +13,8 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from functools import lru_cache
 
-from exporter.podrequests import Resources
-from exporter.quantity import resource_label_and_unit
+from volcano_monitor.core.podrequests import Resources
+from volcano_monitor.core.quantity import resource_label_and_unit
 
 GAUGE = "gauge"
 COUNTER = "counter"

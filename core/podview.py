@@ -1,4 +1,4 @@
-"""The Pod view (the exporter's hot path: ~100k of them are kept). Re-exported by :mod:`exporter.model`."""
+"""The Pod view (the exporter's hot path: ~100k of them are kept). Re-exported by :mod:`core.model`."""
 
 from __future__ import annotations
 
@@ -6,7 +6,9 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any, NamedTuple
 
-from exporter._read import (
+from volcano_monitor.core.containers import Containers
+from volcano_monitor.core.eviction import pod_disruption
+from volcano_monitor.core.fields import (
     intern,
     istring,
     obj,
@@ -15,9 +17,7 @@ from exporter._read import (
     shown,
     timestamp,
 )
-from exporter.eviction import pod_disruption
-from exporter.families.compat import Containers
-from exporter.podrequests import Resources, pod_resources
+from volcano_monitor.core.podrequests import Resources, pod_resources
 
 __all__ = ["Pod", "Termination", "is_volcano_pod", "parse_pod"]
 

@@ -10,8 +10,8 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping
 from typing import Any
 
-from exporter._read import arr, bad_type, intern, item_obj, obj, string
-from exporter.quantity import QuantityError, parse_quantity, parse_short
+from volcano_monitor.core.fields import arr, bad_type, intern, item_obj, obj, string
+from volcano_monitor.core.quantity import QuantityError, parse_quantity, parse_short
 
 __all__ = [
     "NO_RESOURCES",

@@ -25,7 +25,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from exporter._read import parse_timestamp
+from volcano_monitor.core.fields import parse_timestamp
 
 VOLCANO_MESSAGE = re.compile(r"^Pod is evicted, because of ([a-z][a-z-]{0,31})\b")
 K8S_REASON = re.compile(r"^[A-Z][A-Za-z]{2,63}$")

@@ -6,7 +6,7 @@ release from v1.9; `topology.volcano.sh` HyperNode from v1.12 (`spec.tierName` f
 (`highestTierName` in v1.14) and `spec.subGroupPolicy` in v1.14. Every field read here is optional:
 an object of an older release simply lacks it, and the view says "absent" (empty string, None, ()).
 
-The parsers follow :mod:`exporter.model`'s rule: they never raise, a field of the wrong type is
+The parsers follow :mod:`core.model`'s rule: they never raise, a field of the wrong type is
 replaced by its default and reported in ``problems``.
 """
 
@@ -16,7 +16,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from exporter._read import (
+from volcano_monitor.core.fields import (
     arr,
     boolean,
     integer,

@@ -31,8 +31,8 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass
 
-from exporter.model import NO_RESOURCES, ROOT_QUEUE, Job, PodGroup, Queue, Resources, res_get
-from exporter.quantity import resource_label_and_unit
+from volcano_monitor.core.model import NO_RESOURCES, ROOT_QUEUE, Job, PodGroup, Queue, Resources, res_get
+from volcano_monitor.core.quantity import resource_label_and_unit
 
 QUEUE_MISSING = "queue_missing"
 QUEUE_CLOSED = "queue_closed"

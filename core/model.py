@@ -8,7 +8,7 @@ shape is replaced by its default and reported in the view's ``problems`` as a sh
 Views are slotted dataclasses, frozen except ``Pod`` (frozen construction costs ~3 us; treat it as
 read-only too). Strings repeated across objects (namespace, queue, phase, node, task, ...) are interned
 and equal resource lists are shared, so ~100k Pod views stay small (~0.5 KiB each). Resource lists are
-``Resources`` tuples (see :mod:`exporter.podrequests` for add/max/scale helpers); values are in base
+``Resources`` tuples (see :mod:`core.podrequests` for add/max/scale helpers); values are in base
 units (cores, bytes, counts).
 """
 
@@ -18,7 +18,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from exporter._read import (
+from volcano_monitor.core.fields import (
     arr,
     boolean,
     integer,
@@ -33,8 +33,8 @@ from exporter._read import (
     string_map,
     timestamp,
 )
-from exporter.kinds import NetworkTopology, SubGroup, parse_podgroup_topology
-from exporter.podrequests import (
+from volcano_monitor.core.kinds import NetworkTopology, SubGroup, parse_podgroup_topology
+from volcano_monitor.core.podrequests import (
     NO_RESOURCES,
     Resources,
     pod_resources,
@@ -47,7 +47,7 @@ from exporter.podrequests import (
     res_scale,
     res_sum,
 )
-from exporter.podview import Pod, Termination, parse_pod
+from volcano_monitor.core.podview import Pod, Termination, parse_pod
 
 __all__ = [
     "JOB_TERMINAL_PHASES",
