@@ -12,9 +12,13 @@ FROM ${PYTHON_IMAGE} AS build
 ENV PIP_NO_CACHE_DIR=1 PIP_DISABLE_PIP_VERSION_CHECK=1
 WORKDIR /src
 COPY pyproject.toml README.md ./
+# volcano_monitor/ is the import package; its entries are symlinks to the top-level folders.
+COPY volcano_monitor ./volcano_monitor
+COPY core ./core
 COPY exporter ./exporter
 COPY watchdog ./watchdog
 COPY simulator ./simulator
+COPY dashboards ./dashboards
 RUN pip wheel --wheel-dir /wheels .
 
 # ---- runtime

@@ -74,7 +74,8 @@ def test_the_wheel_installs_next_to_pypis_watchdog_and_both_import(wheel: Path, 
                    check=True)
     probe = ("import watchdog.observers, watchdog.events, volcano_monitor.watchdog.cli, volcano_monitor.exporter.cli,"
              " volcano_monitor.dashboards.generate as d;"
-             " print(watchdog.observers.__file__); print(volcano_monitor.watchdog.cli.__file__); print(len(d.rendered()))")
+             " print(watchdog.observers.__file__); print(volcano_monitor.watchdog.cli.__file__);"
+             " print(len(d.rendered()))")
     env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
     done = subprocess.run([str(python), "-c", probe], check=True, capture_output=True, text=True, cwd=tmp_path,
                           env=env)

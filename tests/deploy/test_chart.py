@@ -233,7 +233,7 @@ def test_sqlite_with_several_replicas_refuses_to_render() -> None:
 
 
 def test_postgresql_needs_a_url_and_type_must_be_known() -> None:
-    assert "volcano_monitor.watchdog.database.existingSecret" in render_error("watchdog.database.type=postgresql")
+    assert "watchdog.database.existingSecret" in render_error("watchdog.database.type=postgresql")
     assert 'not "mysql"' in render_error("watchdog.database.type=mysql")
 
 

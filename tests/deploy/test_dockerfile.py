@@ -78,8 +78,8 @@ def test_both_commands_are_installed_console_scripts() -> None:
 
 
 def test_build_context_admits_exactly_what_the_build_copies() -> None:
-    """.dockerignore excludes everything, then re-admits the sources; the build stage copies those and
-    every package setuptools packs (pyproject's `include`)."""
+    """.dockerignore excludes everything, then re-admits the sources; the build stage copies those: every
+    package setuptools packs (pyproject's `include`) and the folders volcano_monitor/ links in."""
     ignore = [line.strip() for line in (ROOT / ".dockerignore").read_text().splitlines()
               if line.strip() and not line.startswith("#")]
     assert ignore[0] == "*"
@@ -92,4 +92,6 @@ def test_build_context_admits_exactly_what_the_build_copies() -> None:
     assert copied == admitted
     project = tomllib.loads((ROOT / "pyproject.toml").read_text())
     packages = {pattern.rstrip("*") for pattern in project["tool"]["setuptools"]["packages"]["find"]["include"]}
-    assert packages | {"pyproject.toml", project["project"]["readme"]} == copied
+    linked = {link.name for link in (ROOT / "volcano_monitor").iterdir() if link.is_symlink()}
+    assert linked == {"core", "exporter", "watchdog", "simulator", "dashboards"}
+    assert packages | linked | {"pyproject.toml", project["project"]["readme"]} == copied

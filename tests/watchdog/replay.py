@@ -50,7 +50,7 @@ def replay(scenario: Scenario, engine: Engine, database_url: str) -> Replayed:
     settings = fast_settings(database_url, detectors=DETECTORS)
     clock = Clock(scenario.start)
     wd = Watchdog(settings, engine, api=None, clock=clock)
-    wd._apply_with_retry([("queues", "ADDED", parse_queue(q)) for q in scenario.queues], [])
+    wd.apply([("queues", "ADDED", parse_queue(q)) for q in scenario.queues], [])
     next_check = math.floor(scenario.start)
     checks = skipped = 0
 
@@ -58,7 +58,7 @@ def replay(scenario: Scenario, engine: Engine, database_url: str) -> Replayed:
         nonlocal next_check, checks
         while next_check <= t:
             clock.now = max(clock.now, next_check)
-            wd._apply_with_retry([], ["checks"])
+            wd.apply([], ["checks"])
             checks += 1
             next_check += 1
 
@@ -73,13 +73,13 @@ def replay(scenario: Scenario, engine: Engine, database_url: str) -> Replayed:
         elif event.what == "queues":
             obj = parse_queue(event.object)
         elif event.what == "pods":
-            obj = wd._pod_view(event.object)
+            obj = wd.pod_view(event.object)
         else:  # core/v1 events: what the informer's predicate and transform let through
             obj = wd.notes.parse(event.object) if about_podgroup(event.object) else None
             if obj is None:
                 skipped += 1
                 continue
-        wd._apply_with_retry([(event.what, event.type, obj)], [])
+        wd.apply([(event.what, event.type, obj)], [])
     check_until(scenario.end + TAIL_SECONDS)
     return Replayed(wd, checks, skipped)
 

@@ -79,7 +79,7 @@ def client_for(engine: Engine, token: str | None = TOKEN, ready: bool = True,
     settings = Settings(api_token=SecretStr(token) if token is not None else None)
     worker = Watchdog(settings, engine, api=None, clock=NOW.timestamp)
     app = create_app(engine, settings, health(ready), clock=lambda: NOW, queues=lambda: list(queues or []),
-                     request_made=lambda: worker._apply_with_retry([], ["requests"]))
+                     request_made=lambda: worker.apply([], ["requests"]))
     return TestClient(app)
 
 

@@ -64,7 +64,7 @@ def test_a_configured_workload_label_names_the_workload(tmp_path: Path) -> None:
     settings = load(None, environ={}, database_url=f"sqlite:///{tmp_path / 'w.db'}",
                     recommendations={"workload_label": "team"})
     watchdog = Watchdog(settings, make_engine(settings.database_url), None)
-    pod, value = watchdog._pod_view(kubeflow_pod())
+    pod, value = watchdog.pod_view(kubeflow_pod())
     assert value == "nlp-x"
     index = ClusterIndex()
     index.on_podgroup(ADDED, parse_podgroup(objects.kubeflow_podgroup()))
@@ -72,4 +72,4 @@ def test_a_configured_workload_label_names_the_workload(tmp_path: Path) -> None:
     info = index.pod_info("nlp", "bert-worker-0")
     assert info is not None and info.workload == "nlp-x"
     unlabelled = Watchdog(load(None, environ={}, database_url=settings.database_url), watchdog.engine, None)
-    assert unlabelled._pod_view(kubeflow_pod())[1] == ""
+    assert unlabelled.pod_view(kubeflow_pod())[1] == ""

@@ -168,7 +168,7 @@ def test_the_watchdog_reads_podgroup_events_but_is_ready_without_them(tmp_path: 
         for informer in wd.informers:
             if informer is not events:
                 informer.synced.set()
-        wd._started.set()
+        wd.writer.started.set()
         assert wd.ready() and not events.synced.is_set()
     finally:
         engine.dispose()

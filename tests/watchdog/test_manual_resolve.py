@@ -67,7 +67,7 @@ def gang(phase: str) -> Any:
 def checks(wd: Watchdog, clock: Clock, seconds: int) -> None:
     for _ in range(seconds):
         clock.now += 1
-        wd._apply_with_retry([], ["checks"])
+        wd.apply([], ["checks"])
 
 
 def alerts(engine: Engine) -> list[tuple[str, str, bool]]:
@@ -79,13 +79,13 @@ def test_resolved_by_hand_once_while_the_cause_persists_then_new_episodes(databa
                                                                           engine: Engine) -> None:
     clock, told = Clock(), Told()
     wd = worker(database_url, engine, clock, told)
-    wd._apply_with_retry([("podgroups", "ADDED", gang("Pending"))], [])
+    wd.apply([("podgroups", "ADDED", gang("Pending"))], [])
     checks(wd, clock, 3)
     assert alerts(engine) == [("GangUnschedulable", "firing", False)] and told.count("firing") == 1
 
     settings = fast_settings(database_url, api_token=SecretStr(TOKEN))
     app = create_app(engine, settings, Health(ready=lambda: True, collectors=dict),
-                     request_made=lambda: wd._apply_with_retry([], ["requests"]))
+                     request_made=lambda: wd.apply([], ["requests"]))
     with Session(engine) as session:
         alert_id = session.scalars(select(Alert.id)).one()
     response = TestClient(app).post(f"/api/v1/alerts/{alert_id}/resolve", headers={"Authorization": f"Bearer {TOKEN}"})
@@ -95,20 +95,20 @@ def test_resolved_by_hand_once_while_the_cause_persists_then_new_episodes(databa
 
     checks(wd, clock, 5)  # the cause persists: no new episode, nothing said
     restarted = worker(database_url, engine, clock, told)  # a restart (or a new leader) keeps it held
-    restarted._apply_with_retry([("podgroups", "ADDED", gang("Pending"))], [])
+    restarted.apply([("podgroups", "ADDED", gang("Pending"))], [])
     checks(restarted, clock, 5)
     assert alerts(engine) == [("GangUnschedulable", "resolved", True)]
     assert (told.count("firing"), told.count("resolved")) == (1, 1)
 
-    restarted._apply_with_retry([("podgroups", "MODIFIED", gang("Running"))], [])  # the cause ends
+    restarted.apply([("podgroups", "MODIFIED", gang("Running"))], [])  # the cause ends
     checks(restarted, clock, 2)
     assert alerts(engine) == [("GangUnschedulable", "resolved", False)]
     assert told.count("resolved") == 1  # no second "resolved" for the episode resolved by hand
 
-    restarted._apply_with_retry([("podgroups", "MODIFIED", gang("Pending"))], [])  # it recurs
+    restarted.apply([("podgroups", "MODIFIED", gang("Pending"))], [])  # it recurs
     checks(restarted, clock, 3)
     assert [state for _, state, _ in alerts(engine)] == ["resolved", "firing"]
-    restarted._apply_with_retry([("podgroups", "DELETED", gang("Pending"))], [])
+    restarted.apply([("podgroups", "DELETED", gang("Pending"))], [])
     checks(restarted, clock, 1)
     assert [state for _, state, _ in alerts(engine)] == ["resolved", "resolved"]
     assert (told.count("firing"), told.count("resolved")) == (2, 2)
@@ -117,11 +117,11 @@ def test_resolved_by_hand_once_while_the_cause_persists_then_new_episodes(databa
 def test_resolving_twice_or_a_missing_alert(database_url: str, engine: Engine) -> None:
     clock, told = Clock(), Told()
     wd = worker(database_url, engine, clock, told)
-    wd._apply_with_retry([("podgroups", "ADDED", gang("Pending"))], [])
+    wd.apply([("podgroups", "ADDED", gang("Pending"))], [])
     checks(wd, clock, 3)
     settings = fast_settings(database_url, api_token=SecretStr(TOKEN))
     client = TestClient(create_app(engine, settings, Health(ready=lambda: True, collectors=dict),
-                                   request_made=lambda: wd._apply_with_retry([], ["requests"])))
+                                   request_made=lambda: wd.apply([], ["requests"])))
     with Session(engine) as session:
         alert_id = session.scalars(select(Alert.id)).one()
     auth = {"Authorization": f"Bearer {TOKEN}"}

@@ -67,7 +67,7 @@ def crash_loop(wd: Watchdog) -> list[tuple[float, tuple[str, str, Any]]]:
     states = [({"running": {}}, None, 0), (oom(), None, 1), ({"running": {}}, oom(), 1), (oom(), oom(), 2),
               ({"running": {}}, oom(), 2)]
     return [(T0 + i, ("pods", "ADDED" if i == 0 else "MODIFIED",
-                      wd._pod_view(pod(state=state, last_state=last, restarts=restarts, limits={"memory": "1Gi"}))))
+                      wd.pod_view(pod(state=state, last_state=last, restarts=restarts, limits={"memory": "1Gi"}))))
             for i, (state, last, restarts) in enumerate(states)]
 
 
@@ -78,13 +78,13 @@ def run(engine: Engine, database_url: str, name: str, cuts: list[int],
     scenario = load(name) if name != CRASH_LOOP else None
     clock = Clock(scenario.start if scenario else T0)
     wd = Watchdog(fast_settings(database_url, detectors=DETECTORS), engine, api=None, clock=clock)
-    wd.db_retry_backoff = (0.0001, 0.001)
-    parse = {"jobs": parse_job, "podgroups": parse_podgroup, "queues": parse_queue, "pods": wd._pod_view}
+    wd.writer.db_retry_backoff = (0.0001, 0.001)
+    parse = {"jobs": parse_job, "podgroups": parse_podgroup, "queues": parse_queue, "pods": wd.pod_view}
     items: list[tuple[float, tuple[str, str, Any]]] = []
     if scenario is None:
         items = crash_loop(wd)
     else:
-        wd._apply_with_retry([("queues", "ADDED", parse_queue(q)) for q in scenario.queues], [])
+        wd.apply([("queues", "ADDED", parse_queue(q)) for q in scenario.queues], [])
     for recorded in scenario.events if scenario else ():
         if recorded.what == "events":
             view = wd.notes.parse(recorded.object) if about_podgroup(recorded.object) else None
@@ -100,10 +100,10 @@ def run(engine: Engine, database_url: str, name: str, cuts: list[int],
         batch = items[i:i + size]
         i += size
         clock.now = batch[-1][0]
-        wd._apply_with_retry([item for _, item in batch], ["checks"])
+        wd.apply([item for _, item in batch], ["checks"])
     for _ in range(8):  # let the thresholds pass after the last event
         clock.now += 1
-        wd._apply_with_retry([], ["checks"])
+        wd.apply([], ["checks"])
     if faults is not None:
         faults.at, faults.stopped_at = set(), faults.count
     with Session(engine) as session:

@@ -40,7 +40,7 @@ class Cluster:
         batch: list[tuple[str, str, Any]] = [("queues", event_type, parse_queue(q)) for q in queues or []]
         batch += [("podgroups", event_type, parse_podgroup(g)) for g in groups or []]
         batch += [("jobs", event_type, parse_job(j)) for j in jobs or []]
-        self.watchdog._apply_with_retry(batch, [])
+        self.watchdog.apply(batch, [])
 
     def why(self, uid: str) -> dict[str, Any]:
         response = self.client.get(f"/api/v1/jobs/{uid}/why")

@@ -39,7 +39,7 @@ def ui(engine: Engine, queues: list[QueueView] | None = None) -> TestClient:
     settings = Settings(api_token=SecretStr(TOKEN), api_read_token=SecretStr(READ))
     worker = Watchdog(settings, engine, api=None, clock=NOW.timestamp)
     app = create_app(engine, settings, health(), clock=lambda: NOW, queues=lambda: list(queues or []),
-                     request_made=lambda: worker._apply_with_retry([], ["requests"]), request_wait_seconds=2)
+                     request_made=lambda: worker.apply([], ["requests"]), request_wait_seconds=2)
     return TestClient(app)
 
 

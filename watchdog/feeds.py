@@ -1,0 +1,121 @@
+"""What feeds the writer: informers on Volcano's and Kubernetes' objects, and collectors polling usage.
+
+Both only hand items to the writer's queue (`enqueue(what, event_type, obj)`); they never touch the
+database or a detector, so a slow database slows nobody but the writer.
+"""
+
+from __future__ import annotations
+
+import functools
+import logging
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+from kubernetes import client
+
+from volcano_monitor.core.backoff import Backoff
+from volcano_monitor.core.kube.informer import Informer
+from volcano_monitor.core.kube.resources import EVENTS, JOBS, PODGROUPS, PODS, QUEUES, ResourceKind
+from volcano_monitor.core.model import Pod, parse_job, parse_pod, parse_podgroup, parse_queue
+from volcano_monitor.core.podview import is_volcano_pod
+from volcano_monitor.watchdog.config import Settings
+from volcano_monitor.watchdog.events import SchedulerNotes, about_podgroup
+from volcano_monitor.watchdog.usage.metrics_api import MetricsApiCollector
+from volcano_monitor.watchdog.usage.prometheus import PrometheusCollector
+
+log = logging.getLogger(__name__)
+
+UsageSource = MetricsApiCollector | PrometheusCollector
+Enqueue = Callable[[str, str, Any], None]
+
+
+@dataclass
+class CollectorStats:
+    enabled: bool
+    last_success: float | None = None
+    errors: int = 0
+    samples: int = 0
+
+
+def informers(api: client.ApiClient, settings: Settings, notes: SchedulerNotes, enqueue: Enqueue,
+              backoff: tuple[float, float]) -> list[Informer[Any]]:
+    """One informer per kind (per namespace when the watchdog is limited to some), each handing its
+    events to `enqueue` under the kind's plural. Pods are kept as views; Events only about PodGroups."""
+    made: list[Informer[Any]] = []
+
+    def add(kind: ResourceKind, transform: Callable[[Any], Any], predicate: Callable[[Any], bool] | None) -> None:
+        scopes: list[str | None] = list(settings.namespaces) if settings.namespaces and kind.namespaced else [None]
+        for namespace in scopes:
+            informer: Informer[Any] = Informer(api, kind, namespace=namespace, transform=transform,
+                                               predicate=predicate, backoff=Backoff(*backoff))
+            informer.add_handler(functools.partial(enqueue, kind.plural))
+            made.append(informer)
+
+    add(JOBS, parse_job, None)
+    add(PODGROUPS, parse_podgroup, None)
+    add(PODS, functools.partial(pod_view, settings.recommendations.workload_label), is_volcano_pod)
+    add(QUEUES, parse_queue, None)
+    add(EVENTS, notes.parse, about_podgroup)  # Events about PodGroups only, dropped before parsing
+    return made
+
+
+def pod_view(workload_label: str | None, raw: Any) -> tuple[Pod, str]:
+    """The Pod view, plus the value of the configured workload label (views keep no labels)."""
+    value = ""
+    if workload_label:
+        labels = (raw.get("metadata") or {}).get("labels") if isinstance(raw, dict) else None
+        found = labels.get(workload_label) if isinstance(labels, dict) else None
+        value = found if isinstance(found, str) else ""
+    return parse_pod(raw), value
+
+
+def essential_synced(running: list[Informer[Any]]) -> bool:
+    """Every informer but the Events one has synced. Events only refine GangUnschedulable's reason:
+    a cluster whose RBAC does not grant them yet must not keep the watchdog unready."""
+    essential = [i for i in running if i.kind is not EVENTS]
+    return bool(essential) and all(i.synced.is_set() for i in essential)
+
+
+def usage_sources(settings: Settings, api: client.ApiClient | None
+                  ) -> tuple[dict[str, CollectorStats], list[tuple[str, float, UsageSource]]]:
+    """The configured usage sources (name, poll interval, collector) and a stats record for each."""
+    stats: dict[str, CollectorStats] = {}
+    sources: list[tuple[str, float, UsageSource]] = []
+    metrics_api = settings.sources.metrics_api
+    stats["metrics_api"] = CollectorStats(metrics_api.enabled and api is not None)
+    if metrics_api.enabled and api is not None:
+        sources.append(("metrics_api", metrics_api.interval_seconds, MetricsApiCollector(api, settings.namespaces)))
+    prom = settings.sources.prometheus
+    stats["prometheus"] = CollectorStats(prom.enabled)
+    if prom.enabled:
+        sources.append(("prometheus", prom.interval_seconds, PrometheusCollector(prom, settings.namespaces)))
+    return stats, sources
+
+
+def poll_usage(name: str, interval: float, source: UsageSource, stats: CollectorStats, *,
+               leading: Callable[[], bool], enqueue: Enqueue, stop: threading.Event,
+               clock: Callable[[], float]) -> None:
+    """Poll one usage source until `stop`. Its own counters say how it is doing (a failed request is
+    counted there and yields no samples); an exception escaping it is a bug, counted here. Usage is
+    the leader's alone: two replicas collecting would add it twice."""
+    crashes = 0
+    while not stop.is_set():
+        started = time.monotonic()
+        if not leading():
+            stop.wait(interval)
+            continue
+        try:
+            samples = source.collect(clock()) if isinstance(source, PrometheusCollector) else source.collect()
+        except Exception:  # a collector bug must not stop collection
+            crashes += 1
+            log.exception("usage collector %s failed", name)
+            samples = []
+        stats.errors = sum(source.errors.values()) + crashes
+        stats.last_success = source.last_success
+        if samples:
+            stats.samples += len(samples)
+            enqueue("samples", name, samples)
+        stop.wait(max(0.0, interval - (time.monotonic() - started)))
