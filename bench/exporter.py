@@ -399,6 +399,8 @@ def main() -> None:
     parser.add_argument("--sync-runs", type=int, default=2, help="initial syncs over HTTP (the best counts)")
     parser.add_argument("--gzip-changes", type=int, default=1000,
                         help="pod updates between two measured gzip scrapes (about 30 s of a busy 100k-pod cluster)")
+    parser.add_argument("--sync-only", action="store_true",
+                        help="measure only initial_sync_seconds_100k_pods (the other keys take minutes)")
     parser.add_argument("--serve", action="store_true", help=argparse.SUPPRESS)
     parser.add_argument("--rss-child", help=argparse.SUPPRESS)
     args = parser.parse_args()
@@ -425,6 +427,16 @@ def main() -> None:
         raise SystemExit("the simulator subprocess did not start")
 
     pods = len(raws[PODS])
+    if args.sync_only:
+        del raws
+        gc.collect()
+        syncs = [initial_sync(url) for _ in range(args.sync_runs)]
+        server.stdin.close()
+        server.wait(30)
+        print(json.dumps({"pods": pods, "initial_sync_seconds_100k_pods": round(min(s for s, _ in syncs), 2),
+                          "initial_sync_runs": [round(s, 2) for s, _ in syncs], "initial_sync_pods": syncs[0][1],
+                          "cpu_count": os.cpu_count(), "bench_seconds": round(time.perf_counter() - began, 1)}))
+        return
     log.info("memory: applying %d pods to a fresh exporter under tracemalloc", pods)
     exporter, held = fill(raws)
     log.info("scrape: %d runs of the exporter, %d of prometheus_client", args.runs, args.baseline_runs)
