@@ -74,12 +74,19 @@ def when(value: datetime | None) -> str:
     return esc(value.strftime("%Y-%m-%d %H:%M:%S") if value is not None else "")
 
 
+def number(value: float) -> str:
+    """Three significant digits, never an exponent: 0.25, 6.53, 442, 2,290."""
+    if abs(value) >= 1000:
+        return f"{value:,.0f}"
+    return f"{value:.3g}"
+
+
 def cores(value: float | None) -> str:
-    return "" if value is None else esc(f"{value:.3g}")
+    return "" if value is None else esc(number(value))
 
 
 def gib(value: float | None) -> str:
-    return "" if value is None else esc(f"{value / 2**30:.3g} GiB")
+    return "" if value is None else esc(f"{number(value / 2**30)} GiB")
 
 
 def percent(value: float | None) -> str:
@@ -119,7 +126,7 @@ def chart(points: Sequence[tuple[datetime, float, float]], unit: str, title: str
 
     used = " ".join(xy(t, u) for t, u, _ in points)
     asked = " ".join(xy(t, r) for t, _, r in points)
-    return (f'<figure><figcaption>{esc(title)} ({esc(unit)}; max {esc(f"{top:.3g}")})</figcaption>'
+    return (f'<figure><figcaption>{esc(title)} ({esc(unit)}; max {esc(number(top))})</figcaption>'
             f'<svg width="{w}" height="{h}" viewBox="0 0 {w} {h}" role="img" aria-label="{esc(title)}">'
             f'<polyline fill="none" stroke="#9aa3ad" stroke-dasharray="4 3" points="{asked}"/>'
             f'<polyline fill="none" stroke="#2563eb" stroke-width="2" points="{used}"/>'
