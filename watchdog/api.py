@@ -37,7 +37,6 @@ from volcano_monitor.watchdog.metrics import CONTENT_TYPE, RecommendationCache, 
 from volcano_monitor.watchdog.notify.api import add_notification_routes
 from volcano_monitor.watchdog.notify.outbox import Outbox
 from volcano_monitor.watchdog.report.api import report_router
-from volcano_monitor.watchdog.ui import ui_router
 
 log = logging.getLogger(__name__)
 
@@ -483,6 +482,8 @@ def create_app(engine: Engine, settings: Settings, health: Health, clock: Callab
     app.include_router(report_router(clock))
     for router in routers:
         app.include_router(router)
+    from volcano_monitor.watchdog.ui import ui_router  # the pages use this module's views: import when built
+
     app.include_router(ui_router(engine, settings, clock, queues, require_token, request_made, request_wait_seconds))
     app.include_router(writes)
     check_writes_guarded(app, require_token)
