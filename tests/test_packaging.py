@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import importlib
 import os
+import shutil
 import subprocess
 import sys
 import sysconfig
@@ -40,9 +41,12 @@ def test_modules_come_from_the_repository_folders() -> None:
 
 @pytest.fixture(scope="module")
 def wheel(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    out = tmp_path_factory.mktemp("wheel")
+    out, source = tmp_path_factory.mktemp("wheel"), tmp_path_factory.mktemp("source") / "tree"
+    # Built from a copy: setuptools writes build/ and *.egg-info into the tree it builds.
+    shutil.copytree(ROOT, source, symlinks=True, ignore=shutil.ignore_patterns(
+        ".git", ".venv", ".tools", ".demo", "build", "test-artifacts", "*.egg-info", "__pycache__", "*.db*", ".*cache"))
     subprocess.run([sys.executable, "-m", "pip", "wheel", "--quiet", "--no-deps",
-                    "--wheel-dir", str(out), str(ROOT)], check=True, cwd=out)
+                    "--wheel-dir", str(out), str(source)], check=True, cwd=out)
     (built,) = out.glob("volcano_monitor-*.whl")
     return built
 
