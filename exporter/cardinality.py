@@ -25,7 +25,7 @@ from volcano_monitor.core.exposition import escape
 log = logging.getLogger("volcano-exporter")
 
 # The kinds the exporter renders, by their plural (the names kube-state-metrics uses in its flags).
-KINDS = ("jobs", "podgroups", "pods", "queues")
+KINDS = ("jobs", "podgroups", "pods", "queues", "cronjobs", "hypernodes", "jobflows")
 LABEL_KINDS = ("jobs", "pods")  # kinds whose info family takes --metric-labels-allowlist labels
 
 _INVALID = re.compile(r"[^a-zA-Z0-9_]")

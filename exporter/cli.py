@@ -46,7 +46,8 @@ def build_parser() -> argparse.ArgumentParser:
              help="Kubernetes labels to add to volcano_pod_info / volcano_job_info as label_<name>, "
                   "kube-state-metrics' syntax: pods=[team,app],jobs=[*]")
     env_flag(parser, "--max-objects", "VOLCANO_EXPORTER_MAX_OBJECTS", default="",
-             help="at most N objects per kind get series, N or KIND=N,... for jobs, podgroups, pods, queues "
+             help="at most N objects per kind get series, N or KIND=N,... for jobs, podgroups, pods, queues, "
+                  "cronjobs, hypernodes, jobflows "
                   "(empty: no cap); the rest are counted in volcano_exporter_objects_dropped_total")
     log_level_flag(parser, "VOLCANO_EXPORTER")
     return parser

@@ -268,8 +268,11 @@ class ExporterStore:
         with self.lock:
             if event_type == DELETED:
                 rows.delete(key)
+                self.caps.forget(resource, key)
                 return
             self.parse_problems[resource] += len(view.problems)
+            if not self.caps.admit(resource, key, key in rows, len(rows)):
+                return
             if rows.any:  # else every family of the kind is denied: nothing to render
                 rows.put(key, OTHER_KINDS[resource][1](view))
 

@@ -213,7 +213,8 @@ def test_malformed_labels_are_skipped(labels: Any) -> None:
 
 def test_max_objects_syntax() -> None:
     assert max_objects("") == {}
-    assert max_objects("500") == {"jobs": 500, "podgroups": 500, "pods": 500, "queues": 500}
+    assert max_objects("500") == {"jobs": 500, "podgroups": 500, "pods": 500, "queues": 500, "cronjobs": 500,
+                                  "hypernodes": 500, "jobflows": 500}
     assert max_objects("pods=100000, jobs=10") == {"pods": 100000, "jobs": 10}
     for bad, message in (("0", "positive"), ("pods=x", "positive"), ("nodes=3", "KIND=N"), ("pods", "positive")):
         with pytest.raises(ValueError, match=message):
@@ -249,7 +250,8 @@ def test_cap_applies_per_kind() -> None:
         store.on_job("ADDED", parse_job(raw))
         store.on_pod("ADDED", parse_pod(pod(name)))
     assert len(store.jobs) == 1 and len(store.pods) == 2
-    assert store.caps.dropped == {"jobs": 1, "podgroups": 0, "pods": 0, "queues": 0}
+    assert store.caps.dropped == {"jobs": 1, "podgroups": 0, "pods": 0, "queues": 0, "cronjobs": 0, "hypernodes": 0,
+                                  "jobflows": 0}
 
 
 def test_dropped_objects_self_metric_from_a_running_exporter(tmp_path: Path) -> None:

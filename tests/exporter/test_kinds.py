@@ -165,3 +165,28 @@ def test_gzip_scrapes_carry_the_newer_kinds_and_the_roll_ups() -> None:
     assert gzip.decompress(store.gzip()) == plain
     store.on_other("cronjobs", "DELETED", parse_cronjob(objects.full_cronjob()))
     assert b"volcano_cronjob_info{" not in gzip.decompress(store.gzip())
+
+
+def test_max_objects_caps_the_newer_kinds_too() -> None:
+    """`--max-objects hypernodes=2`: the third HyperNode gets no series and is counted once; deleting one
+    admits it at its next change."""
+    from volcano_monitor.exporter.cardinality import Options
+
+    store = ExporterStore(options=Options(max_objects={"hypernodes": 2}))
+
+    def node(name: str) -> Any:
+        raw = objects.full_hypernode()
+        raw["metadata"]["name"] = name
+        return parse_hypernode(raw)
+
+    def served() -> set[str]:
+        text = b"".join(store.chunks()).decode()
+        return {labels["hypernode"] for name, labels, _ in parse_text(text) if name == "volcano_hypernode_info"}
+
+    for name in ("a", "b", "c"):
+        store.on_other("hypernodes", "ADDED", node(name))
+    store.on_other("hypernodes", "MODIFIED", node("c"))
+    assert served() == {"a", "b"} and store.caps.dropped["hypernodes"] == 1
+    store.on_other("hypernodes", "DELETED", node("a"))
+    store.on_other("hypernodes", "MODIFIED", node("c"))
+    assert served() == {"b", "c"} and store.caps.refused("hypernodes") == 0
