@@ -19,6 +19,7 @@ from pydantic import BaseModel, ConfigDict, Field, SecretStr, ValidationError, f
 from exporter.flags import host_port
 from watchdog.capability.settings import CapabilitySettings
 from watchdog.notify.settings import LeaderElection, Notifications, parse_duration
+from watchdog.oomscale.settings import OomScaleUpSettings
 from watchdog.report.cron import parse_cron
 
 ENV_PREFIX = "VOLCANO_WATCHDOG_"
@@ -205,6 +206,7 @@ class Settings(Section):
     notifications: Notifications = Notifications()
     leader_election: LeaderElection = LeaderElection()
     capability: CapabilitySettings = CapabilitySettings()
+    oom_scale_up: OomScaleUpSettings = OomScaleUpSettings()
     reports: Reports = Reports()
 
     @model_validator(mode="after")
