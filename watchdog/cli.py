@@ -179,7 +179,7 @@ def run_watchdog(settings: Settings) -> int:
 
     def extra_metrics() -> str:
         return ((render_capability_metrics(capability) if capability else "")
-                + (render_oom_metrics(lambda: oom.counts) if oom else ""))
+                + (render_oom_metrics(oom.count_snapshot) if oom else ""))
 
     health = Health(watchdog.ready, collectors, leader=leader.is_leader, notifications=notifications,
                     extra_metrics=extra_metrics)

@@ -286,8 +286,14 @@ class OomScaleUpController:
                 self.notify(session, decision)
         return True
 
+    def count_snapshot(self) -> Counter[tuple[str, str]]:
+        """The decisions counted so far (a copy: /metrics renders it on another thread)."""
+        with self._lock:
+            return Counter(self.counts)
+
     def _tell(self, job: JobSeen, decision: Decision) -> None:
-        self.counts[(decision.namespace, decision.outcome)] += 1
+        with self._lock:
+            self.counts[(decision.namespace, decision.outcome)] += 1
         kind = "Warning" if decision.outcome in (CAPPED, EXHAUSTED, FAILED) else "Normal"
         kube.job_event(self.api, job.namespace, job.name, job.uid, EVENT_REASONS[decision.outcome],
                        describe(decision), kind, self.leader.identity, self.clock())

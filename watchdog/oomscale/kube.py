@@ -11,7 +11,7 @@ from typing import Any
 from kubernetes import client
 
 from exporter.kube.resources import EVENTS, JOBS
-from watchdog.leader import request_json
+from watchdog.leader import ApiUnavailable, request_json
 
 log = logging.getLogger(__name__)
 
@@ -26,13 +26,17 @@ def _message(body: Any) -> str:
 def create_job(api: client.ApiClient, body: dict[str, Any], timeout: float = 10.0) -> tuple[bool, str]:
     """(done, why). 409 AlreadyExists is done too: the name is deterministic per lineage and attempt,
     so it is this very resubmission, created by an earlier try (a retry after a database error, a
-    leader that died before recording it). Raises ApiUnavailable when the API server cannot be reached."""
+    leader that died before recording it). Raises ApiUnavailable when the API server cannot be reached or
+answers 429/5xx; any other answer (403: RBAC, 422: an invalid spec) is final."""
     namespace = body["metadata"]["namespace"]
     status, answer = request_json(api, "POST", JOBS.path(namespace), body, timeout=timeout)
     if status in (200, 201):
         return True, "created"
     if status == 409:
         return True, "already existed (created by an earlier try)"
+    if status == 429 or status >= 500:  # the API server's trouble, not a refusal: the next pass tries again
+        raise ApiUnavailable(f"creating job {namespace}/{body['metadata']['name']}: HTTP {status}: "
+                             f"{_message(answer)}")
     return False, f"HTTP {status}: {_message(answer)}"
 
 

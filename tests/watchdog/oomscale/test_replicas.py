@@ -170,3 +170,27 @@ def test_a_second_replica_that_read_before_the_first_wrote_does_nothing(
     assert notices == [("applied", 1)]
     assert a.counts == {("default", "applied"): 1} and not b.counts
     assert [e["involvedObject"]["name"] for e in events(sim, "OOMScaleUp")] == [grows]
+
+
+def test_a_server_error_on_create_is_retried_not_final(tmp_path: Path) -> None:
+    """503 from the API server leaves the decision pending (ApiUnavailable: the next pass tries again);
+    the retry creates the Job; a third try is the 409 of the same resubmission."""
+    from watchdog.leader import ApiUnavailable
+    from watchdog.oomscale import kube
+
+    sim = SimulatorThread(auto_tick=False).start()
+    try:
+        api = client_for(sim, tmp_path)
+        body = {"apiVersion": "batch.volcano.sh/v1alpha1", "kind": "Job",
+                "metadata": {"name": "train-oom1", "namespace": "default"},
+                "spec": {"queue": "default", "tasks": []}}
+        sim.faults.error_resource, sim.faults.error_code, sim.faults.error_count = "jobs", 503, 1
+        with pytest.raises(ApiUnavailable, match="HTTP 503"):
+            kube.create_job(api, body)
+        assert kube.create_job(api, body) == (True, "created")
+        assert kube.create_job(api, body) == (True, "already existed (created by an earlier try)")
+        sim.faults.forbidden = ["jobs"]
+        done, why = kube.create_job(api, {**body, "metadata": {"name": "other-oom1", "namespace": "default"}})
+        assert not done and why.startswith("HTTP 403")
+    finally:
+        sim.stop()
