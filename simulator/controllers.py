@@ -6,6 +6,7 @@ import functools
 import logging
 
 from volcano_monitor.simulator import objects as o
+from volcano_monitor.simulator.adopt import workload_from_job
 from volcano_monitor.simulator.preempt import Preemption, priority
 from volcano_monitor.simulator.quantity import Resources
 from volcano_monitor.simulator.resources import CRONJOBS, JOBS, NODES, PODGROUPS, PODS, QUEUES
@@ -66,20 +67,36 @@ class Controllers(Preemption):
                 log.warning("cannot submit %s/%s: %s", run.namespace, run.name, exc.message)
                 self._after(workload.pause, lambda: self._submit(workload))
                 return
-            run.uid = created["metadata"]["uid"]
-            run.pg_name = f"{run.name}-{run.uid}"
-            self.runs[(run.namespace, run.name)] = run
-            self._set_phase(run, "Pending")
+            self._begin_job(run, created["metadata"]["uid"])
             if workload.delete_after is not None:
                 self._after(workload.delete_after, lambda: self._delete(JOBS, run.namespace, run.name))
-        else:
-            run.owner_uid = self._uuid()
-            run.pg_name = run.name
-            self.runs[(run.namespace, run.name)] = run
+            return
+        run.owner_uid = self._uuid()
+        run.pg_name = run.name
+        self.runs[(run.namespace, run.name)] = run
         run.pg_uid = self.store.upsert(PODGROUPS, o.podgroup_object(run))["metadata"]["uid"]
-        if not run.is_vcjob:  # the training operator creates the pods at once; Volcano holds them
-            self._create_pods(run)
+        self._create_pods(run)  # the training operator creates the pods at once; Volcano holds them
         self._request_schedule()
+
+    def _begin_job(self, run: RunSim, uid: str) -> None:
+        """A Volcano Job in the store (ours, or adopted): Pending, with its PodGroup."""
+        run.uid = uid
+        run.pg_name = f"{run.name}-{run.uid}"
+        self.runs[(run.namespace, run.name)] = run
+        self._set_phase(run, "Pending")
+        run.pg_uid = self.store.upsert(PODGROUPS, o.podgroup_object(run))["metadata"]["uid"]
+        self._request_schedule()
+
+    def _adopt(self, obj: Obj) -> None:
+        """A Job someone else created through the API: play it as a run of its own (simulator.adopt)."""
+        meta = obj.get("metadata") or {}
+        workload = workload_from_job(obj)
+        if not workload.tasks:
+            log.warning("not adopting job %s/%s: no tasks", meta.get("namespace"), meta.get("name"))
+            return
+        run = RunSim(workload, workload.name, created=self.now, state_time=self.now,
+                     min_resources=min_resources(workload))
+        self._begin_job(run, str(meta.get("uid")))
 
     def _create_pods(self, run: RunSim) -> None:
         for task in run.workload.tasks:

@@ -50,6 +50,7 @@ class Driver(Controllers):
         super().__init__(store, SCENARIOS[scenario].configure(**scenario_params), speed, clock,
                          f"volcano-sim/{scenario}")
         self._deleted: list[tuple[ResourceType, str, str, str]] = []
+        self._created_jobs: list[tuple[str, str, str]] = []  # Jobs ADDED through the store: ours or to adopt
         store.listeners.append(self._on_store_event)
 
     # ---- public interface ----------------------------------------------------------------------------
@@ -87,6 +88,7 @@ class Driver(Controllers):
             self.now = now
             return
         self._handle_deletions()
+        self._adopt_created()
         self._advance(now)
         self.now = now
         self._schedule()
@@ -112,9 +114,24 @@ class Driver(Controllers):
     # ---- objects deleted by someone else (kubectl, tests) -----------------------------------------
 
     def _on_store_event(self, rtype: ResourceType, event: WatchEvent) -> None:
+        if event.type == "ADDED" and rtype is JOBS:
+            meta = event.obj.get("metadata") or {}
+            self._created_jobs.append((meta.get("namespace", ""), meta.get("name", ""), meta.get("uid", "")))
         if event.type == "DELETED" and rtype in (JOBS, PODS):
             meta = event.obj.get("metadata") or {}
             self._deleted.append((rtype, meta.get("namespace", ""), meta.get("name", ""), meta.get("uid", "")))
+
+    def _adopt_created(self) -> None:
+        """Jobs created through the API by someone else (the driver's own are in `runs` by now)."""
+        created, self._created_jobs = self._created_jobs, []
+        for namespace, name, uid in created:
+            run = self.runs.get((namespace, name))
+            if run is not None and run.uid == uid:
+                continue
+            obj = self.store.get(JOBS, namespace, name)
+            if obj is not None and obj["metadata"].get("uid") == uid and run is None:
+                self._adopt(obj)
+        self._flush()
 
     def _handle_deletions(self) -> None:
         deleted, self._deleted = self._deleted, []

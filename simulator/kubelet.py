@@ -66,7 +66,11 @@ class Kubelet(Engine):
         runtime = task.runtime
         if task.exit == "oom" and task.profile.memory_to_limit_after is not None:
             runtime = task.profile.memory_to_limit_after
-        if runtime is not None:
+        oom_at = pod.usage.oom_after() if pod.usage is not None and task.profile.memory_need is not None else None
+        if oom_at is not None and (runtime is None or oom_at < runtime):
+            # the working set crosses the memory limit before the program is done: the kernel kills it
+            self._after(oom_at, lambda: self._exit(pod, oom=True))
+        elif runtime is not None:
             self._after(runtime, lambda: self._exit(pod))
         if task.crash_after is not None and pod.index == 0:
             self._after(task.crash_after, lambda: self._crash(pod))
@@ -84,13 +88,14 @@ class Kubelet(Engine):
         self._start_usage(pod)  # a new container: its CPU counter starts again from zero
         self._dirty_pods[pod] = None
 
-    def _exit(self, pod: PodSim) -> None:
+    def _exit(self, pod: PodSim, oom: bool = False) -> None:
+        """The container ends: as its task says, or OOM-killed (`oom`: its usage reached its limit)."""
         if not pod.active or pod.phase != "Running":
             return
         task = pod.task
-        if task.exit == "success":
+        if task.exit == "success" and not oom:
             pod.phase, pod.exit_code, pod.term_reason = "Succeeded", 0, "Completed"
-        elif task.exit == "oom":
+        elif task.exit == "oom" or oom:
             pod.phase, pod.exit_code, pod.term_reason = "Failed", 137, "OOMKilled"
             limit = parse_quantity(task.memory_limit or task.memory)
             node = self.nodes[pod.node or ""]

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import math
 
+from volcano_monitor.simulator.adopt import job_annotations
 from volcano_monitor.simulator.quantity import Resources, format_bytes, format_cpu, format_quantity, format_resources
 from volcano_monitor.simulator.scenario import GPU_TOLERATION, PRIORITY_CLASSES, QueueSpec, TaskSpec
 from volcano_monitor.simulator.state import (
@@ -82,6 +83,9 @@ def job_object(run: RunSim) -> Obj:
         spec["networkTopology"] = dict(w.network_topology)
     meta: Obj = {"name": run.name, "namespace": run.namespace, "creationTimestamp": rfc3339(run.created),
                  "labels": {"app.kubernetes.io/name": w.name, "app.kubernetes.io/managed-by": "volcano-sim"}}
+    annotations = job_annotations(w)
+    if annotations:
+        meta["annotations"] = annotations
     if w.cron and run.owner_uid:
         meta["ownerReferences"] = [{"apiVersion": JOB_API, "kind": "CronJob", "name": w.cron, "uid": run.owner_uid,
                                     "controller": True, "blockOwnerDeletion": True}]

@@ -19,6 +19,7 @@ from volcano_monitor.simulator.usage import (
     TRAINING_SMALL,
     WAITING,
     UsageProfile,
+    needs_memory,
     oom_profile,
 )
 
@@ -107,6 +108,7 @@ class Workload:
     network_topology: Mapping[str, Any] | None = None  # PodGroup (and Job) spec.networkTopology, v1.12+
     subgroup_policy: tuple[Mapping[str, Any], ...] = ()  # PodGroup spec.subGroupPolicy, v1.14+
     cron: str | None = None  # submitted by this Volcano CronJob (v1.13+): named <cron>-<minute>, owned by it
+    annotations: Mapping[str, str] = field(default_factory=dict)  # on the Job (opt-ins such as OOM scale-up)
 
     @property
     def replicas(self) -> int:
@@ -397,6 +399,22 @@ PREEMPT_WORKLOADS = (
 )
 
 
+# `oom-scale-up`: programs that need 2Gi but ask for 1Gi (limit 1Gi): the kernel kills them when their
+# working set reaches the limit (after ~8 s); with a limit of 2Gi or more they run 40 s and succeed.
+# `grows` opts in to the watchdog's OOM auto scale-up, `stays` opts out (volcano-monitor/oom-scale-up).
+OOM_ANNOTATION = "volcano-monitor/oom-scale-up"
+
+
+def _needs_2gi(name: str, opt_in: str) -> Workload:
+    task = TaskSpec("main", 1, cpu="1", memory="1Gi", memory_limit="1Gi", image="busybox", container="main",
+                    runtime=40, profile=needs_memory(2 * 2**30, 20))
+    return _job(name, "default", (task,), f"needs 2Gi, limited to 1Gi: OOMKilled; oom-scale-up {opt_in}",
+                max_retry=1, annotations={OOM_ANNOTATION: opt_in})
+
+
+OOM_WORKLOADS = (_needs_2gi("grows", "true"), _needs_2gi("stays", "false"))
+
+
 def recorded_scenario(name: str) -> Scenario:
     queues, workloads = RECORDED_WORKLOADS[name]
     return Scenario(f"recorded-{name}", f"mirror of the recording of real Volcano: {name}", ("default",),
@@ -422,5 +440,8 @@ SCENARIOS: dict[str, Scenario] = {
                            ("default",), KWOK_NODES, RECORDED_QUEUES + WAIT_QUEUES, WAIT_WORKLOADS),
     "preemption": Scenario("preemption", "a high-priority job preempts a low-priority one in the same queue",
                            ("default",), PREEMPT_NODES, (*RECORDED_QUEUES, QueueSpec("shared")), PREEMPT_WORKLOADS),
+    "oom-scale-up": Scenario("oom-scale-up", "two programs that need twice the memory they ask for; one opts "
+                             "in to OOM auto scale-up, one out", ("default",), KWOK_NODES, RECORDED_QUEUES,
+                             OOM_WORKLOADS),
     **{f"recorded-{name}": recorded_scenario(name) for name in RECORDED_WORKLOADS},
 }

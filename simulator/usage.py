@@ -36,6 +36,10 @@ class UsageProfile:
     memory: fraction of the memory request (limit when there is no request) in the working set.
     memory_to_limit_after: OOM profile: scenario seconds for the working set to climb from `memory`
         to the memory limit, where the kernel kills the container.
+    memory_need: what the program's working set grows to (bytes), from `memory` over
+        `memory_ramp_seconds`, whatever it requested: the kernel kills it when that crosses the memory
+        limit, and a limit at or above the need lets it run to its end (OOM auto scale-up is tested
+        against this).
     gpu_util: average utilisation in percent of each GPU; gpu_wobble its amplitude.
     """
 
@@ -44,6 +48,8 @@ class UsageProfile:
     memory: float = 0.5
     memory_wobble: float = 0.03
     memory_to_limit_after: float | None = None
+    memory_need: float | None = None
+    memory_ramp_seconds: float = 60.0
     gpu_util: float = 0.0
     gpu_wobble: float = 0.0
     period: float = 900.0
@@ -61,6 +67,11 @@ WAITING = UsageProfile(cpu=0.01, cpu_wobble=0.0, memory=0.05, gpu_util=0.0)
 
 def oom_profile(ramp_seconds: float, start_fraction: float = 0.3) -> UsageProfile:
     return UsageProfile(cpu=0.8, memory=start_fraction, memory_to_limit_after=ramp_seconds)
+
+
+def needs_memory(need_bytes: float, ramp_seconds: float, start_fraction: float = 0.3) -> UsageProfile:
+    """A program that needs `need_bytes` whatever it asked for: OOM-killed below that limit."""
+    return UsageProfile(cpu=0.8, memory=start_fraction, memory_need=need_bytes, memory_ramp_seconds=ramp_seconds)
 
 
 @dataclass(frozen=True, slots=True)
@@ -119,8 +130,16 @@ class ContainerUsage:
         reference = self.memory_request or self.memory_limit or 256 * 2**20
         return self.profile.memory * reference
 
+    def _need_start(self, need: float) -> float:
+        return min(self.memory_base(), need)
+
     def memory_bytes(self, t: float) -> float:
         s = self.scenario_seconds(t)
+        need = self.profile.memory_need
+        if need is not None:
+            start = self._need_start(need)
+            value = start + (need - start) * min(1.0, s / max(self.profile.memory_ramp_seconds, 1e-9))
+            return min(value, self.memory_limit) if self.memory_limit else value
         ramp = self.profile.memory_to_limit_after
         if ramp is not None and self.memory_limit:
             start = self.memory_base()
@@ -134,7 +153,16 @@ class ContainerUsage:
         return min(100.0, max(0.0, value))
 
     def oom_after(self) -> float | None:
-        """Scenario seconds after start at which the working set reaches the limit (OOM profiles)."""
+        """Scenario seconds after start at which the working set reaches the limit (OOM profiles), None
+        when it never does (no limit, or a limit at or above what the program needs)."""
+        need = self.profile.memory_need
+        if need is not None:
+            if not self.memory_limit or need <= self.memory_limit:
+                return None
+            start = self._need_start(need)
+            if start >= self.memory_limit:
+                return 0.0
+            return self.profile.memory_ramp_seconds * (self.memory_limit - start) / (need - start)
         if self.profile.memory_to_limit_after is None or not self.memory_limit:
             return None
         return self.profile.memory_to_limit_after

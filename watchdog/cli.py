@@ -134,6 +134,8 @@ def run_watchdog(settings: Settings) -> int:
     from volcano_monitor.watchdog.capability.controller import CapabilityController
     from volcano_monitor.watchdog.capability.metrics import render_capability_metrics
     from volcano_monitor.watchdog.leader import make_leader
+    from volcano_monitor.watchdog.oomscale.api import oom_router, outbox_notice, render_oom_metrics
+    from volcano_monitor.watchdog.oomscale.controller import OomScaleUpController
     from volcano_monitor.watchdog.report.digest import DigestScheduler
     from volcano_monitor.watchdog.why import why_router
 
@@ -154,12 +156,17 @@ def run_watchdog(settings: Settings) -> int:
     leader = make_leader(api, settings.leader_election).start()
     watchdog = Watchdog(settings, engine, api, leader=leader)
     capability: CapabilityController | None = None
+    oom: OomScaleUpController | None = None
     try:
         watchdog.start()
         if settings.capability.enabled:
             capability = CapabilityController(settings.capability, engine, api, leader,
                                               announce=watchdog.announce_capability,
                                               namespaces=settings.namespaces).start()
+        if settings.oom_scale_up.enabled:
+            oom = OomScaleUpController(settings.oom_scale_up, engine, api, leader,
+                                       notify=outbox_notice(watchdog.outbox), wake=watchdog.notifier.wake,
+                                       namespaces=settings.namespaces).start()
     except SQLAlchemyError as exc:
         leader.stop(release=True)
         return database_failure("prepare", engine, exc)
@@ -177,15 +184,20 @@ def run_watchdog(settings: Settings) -> int:
         counts.update(watchdog.notifier.stats.outcomes)
         return counts
 
+    def extra_metrics() -> str:
+        return ((render_capability_metrics(capability) if capability else "")
+                + (render_oom_metrics(oom.count_snapshot) if oom else ""))
+
     health = Health(watchdog.ready, collectors, leader=leader.is_leader, notifications=notifications,
-                    extra_metrics=(lambda: render_capability_metrics(capability)) if capability else str)
+                    extra_metrics=extra_metrics)
     digests = DigestScheduler(settings.reports, engine, leader, settings.notifications.api_url,
                               wake=watchdog.notifier.wake,
                               identity=settings.leader_election.identity or socket.gethostname())
     app = create_app(engine, settings, health, queues=queues, outbox=watchdog.outbox,
                      wake_notifier=watchdog.notifier.wake, request_made=watchdog.request_made,
                      routers=[why_router(watchdog.index.why, watchdog.index_synced),
-                              *([capability_router(engine, capability)] if capability else [])])
+                              *([capability_router(engine, capability)] if capability else []),
+                              oom_router(engine)])
     log.info("serving the API on %s:%d (database %s)", host, port, display_url(engine))
     server = QuietServer(uvicorn.Config(app, host=host, port=port, log_level="warning", access_log=False))
     for sig in (signal.SIGINT, signal.SIGTERM):  # stop serving, then flush what the worker holds
@@ -197,6 +209,8 @@ def run_watchdog(settings: Settings) -> int:
         digests.stop()
         if capability is not None:
             capability.stop()
+        if oom is not None:
+            oom.stop()
         watchdog.stop()
         leader.stop(release=True)
         engine.dispose()

@@ -19,6 +19,7 @@ from pydantic import BaseModel, ConfigDict, Field, SecretStr, ValidationError, f
 from volcano_monitor.core.flags import host_port
 from volcano_monitor.watchdog.capability.settings import CapabilitySettings
 from volcano_monitor.watchdog.notify.settings import LeaderElection, Notifications, parse_duration
+from volcano_monitor.watchdog.oomscale.settings import OomScaleUpSettings
 from volcano_monitor.watchdog.report.cron import parse_cron
 
 ENV_PREFIX = "VOLCANO_WATCHDOG_"
@@ -205,6 +206,7 @@ class Settings(Section):
     notifications: Notifications = Notifications()
     leader_election: LeaderElection = LeaderElection()
     capability: CapabilitySettings = CapabilitySettings()
+    oom_scale_up: OomScaleUpSettings = OomScaleUpSettings()
     reports: Reports = Reports()
 
     @model_validator(mode="after")

@@ -102,11 +102,15 @@ CAPABILITY_TARGET = Family("volcano_watchdog_queue_capability_target",
 CAPABILITY_UPDATES = Family("volcano_watchdog_queue_capability_updates_total",
                             "Capability plans by outcome: applied, dry_run, unchanged, held (guardrail), conflict "
                             "(409, retried), failed.", ("queue", "outcome"), COUNTER)
+OOM_RESUBMISSIONS = Family("volcano_watchdog_oom_resubmissions_total",
+                           "OOM auto scale-up decisions by outcome: applied (Job created), dry_run (recorded only), "
+                           "capped (no room to grow), exhausted (max_attempts reached), failed (create refused).",
+                           ("namespace", "outcome"), COUNTER)
 
 FAMILIES = (ALERTS, REC_CPU, REC_MEMORY, REC_CONFIDENCE, JOB_EFFICIENCY, WASTED_CORE, WASTED_MEMORY, WASTED_GPU,
             COLLECTOR_ENABLED, COLLECTOR_UP, COLLECTOR_LAST_SUCCESS, COLLECTOR_ERRORS, COLLECTOR_SAMPLES,
             DATABASE_UP, READY, BUILD_INFO, LEADER, NOTIFICATIONS, OUTBOX_PENDING, OUTBOX_OLDEST, DEAD_LETTERS,
-            CAPABILITY_TARGET, CAPABILITY_UPDATES)
+            CAPABILITY_TARGET, CAPABILITY_UPDATES, OOM_RESUBMISSIONS)
 
 
 def _section(family: Family, lines: list[str]) -> str:

@@ -14,6 +14,9 @@ from collections.abc import Mapping
 # A trailing "-xxxxx" drawn from the alphabet Kubernetes uses for generated names (no vowels, so
 # words like "-base" stay), or trailing numeric date/time/counter parts ("-20240501-1200", "-7").
 _RUN_SUFFIX = re.compile(r"(-[bcdfghjklmnpqrstvwxz0-9]{4,5}|(-[0-9]+)+)$")
+# OOM auto scale-up's resubmissions (`<name>-oom<N>`, watchdog.oomscale) are runs of the same workload:
+# the recommendation learns their peaks with the first run's.
+_OOM_SUFFIX = re.compile(r"-oom[0-9]+$")
 
 
 CRON_OWNER_KIND = "CronJob"  # batch.volcano.sh CronJob
@@ -25,5 +28,5 @@ def workload_name(job_name: str, labels: Mapping[str, str] | None = None, label:
         return labels[label]
     if owner_kind == CRON_OWNER_KIND and owner_name:
         return owner_name
-    stripped = _RUN_SUFFIX.sub("", job_name)
+    stripped = _RUN_SUFFIX.sub("", _OOM_SUFFIX.sub("", job_name))
     return stripped or job_name

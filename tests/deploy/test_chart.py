@@ -172,6 +172,29 @@ def test_queue_patch_is_granted_exactly_when_the_watchdog_runs_capability_contro
     assert watchdog_settings(docs, tmp_path).capability.enabled is patches
 
 
+JOB_CREATE = {("batch.volcano.sh", "jobs", "create")}
+OOM_ENV = "watchdog.extraEnv[0].name=VOLCANO_WATCHDOG_OOM_SCALE_UP__ENABLED"
+
+
+@pytest.mark.parametrize(("sets", "creates"), [
+    ((), False),
+    (("watchdog.config.oom_scale_up.enabled=false",), False),
+    (("watchdog.config.oom_scale_up.enabled=true",), True),
+    ((OOM_ENV, "watchdog.extraEnv[0].value=yes"), True),
+    (("watchdog.config.oom_scale_up.enabled=true", OOM_ENV, "watchdog.extraEnv[0].value=0"), False),
+], ids=["default", "off", "on", "env-on", "env-off"])
+def test_job_create_is_granted_exactly_when_the_watchdog_runs_oom_scale_up(
+        sets: tuple[str, ...], creates: bool, tmp_path: Path) -> None:
+    """OOM auto scale-up's resubmissions are the watchdog's only Job writes: `create` on Volcano Jobs
+    follows oom_scale_up.enabled as the watchdog reads it, and nothing else changes."""
+    docs = render(sets=sets)
+    watchdog = granted(one(docs, "ClusterRole", "-watchdog"))
+    assert watchdog == WATCHDOG_RULES | (JOB_CREATE if creates else set())
+    assert watchdog_settings(docs, tmp_path).oom_scale_up.enabled is creates
+    told = render(sets=("watchdog.existingConfigSecret=my-config", "watchdog.rbac.createJobs=true"))
+    assert granted(one(told, "ClusterRole", "-watchdog")) == WATCHDOG_RULES | JOB_CREATE
+
+
 def test_queue_patch_with_an_existing_config_secret_needs_rbac_patch_queues() -> None:
     """The chart cannot read an existing Secret: `watchdog.config` is then ignored, for RBAC too."""
     unseen = render(sets=("watchdog.existingConfigSecret=my-config", "watchdog.config.capability.enabled=true"))

@@ -6,6 +6,9 @@ from volcano_monitor.watchdog.workload import workload_name
 @pytest.mark.parametrize(("job", "workload"), [
     ("etl-daily-7k2p", "etl-daily"), ("report-gen-ljlf", "report-gen"), ("train-20240501-1200", "train"),
     ("job-7", "job"), ("bert-base", "bert-base"), ("mnist-ddp", "mnist-ddp"), ("llm", "llm"), ("7k2p", "7k2p"),
+    # OOM auto scale-up's resubmissions belong to the first run's workload
+    ("etl-daily-7k2p-oom1", "etl-daily"), ("train-20240501-1200-oom12", "train"), ("bloom-oom2", "bloom"),
+    ("zoom", "zoom"), ("room-oomx", "room-oomx"),
 ])
 def test_run_suffixes_are_stripped(job: str, workload: str) -> None:
     assert workload_name(job) == workload

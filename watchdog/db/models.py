@@ -366,3 +366,33 @@ class ReportDigestSent(Base):
     delivery_id: Mapped[int | None] = mapped_column(Id)
     identity: Mapped[str] = mapped_column(Name, default="")  # the replica that queued it
     created_at: Mapped[datetime]
+
+
+class OomResubmission(Base):
+    """OOM auto scale-up's audit trail and lineage (watchdog/oomscale): one row per attempt of a
+    lineage (the first run OOM-killed, then its `-oom<N>` resubmissions). The unique key is what makes
+    the action idempotent: the leader inserts the row before it creates the Job, so a retry, a restart
+    or a second replica finds it (or fails to insert it) and never submits the same attempt twice."""
+
+    __tablename__ = "oom_resubmissions"
+    __table_args__ = (
+        UniqueConstraint("namespace", "lineage_uid", "attempt", name="uq_oom_resubmissions_lineage_attempt"),
+        Index("ix_oom_resubmissions_namespace_lineage", "namespace", "lineage"),
+    )
+
+    id: Mapped[int] = mapped_column(Id, primary_key=True, autoincrement=True)
+    namespace: Mapped[str] = mapped_column(Name)
+    lineage: Mapped[str] = mapped_column(Name)  # the first run's Job name
+    lineage_uid: Mapped[str] = mapped_column(String(64))  # the first run's Job UID
+    attempt: Mapped[int] = mapped_column(Integer)  # 1 for <lineage>-oom1, ...
+    source_name: Mapped[str] = mapped_column(Name)  # the Job that was OOM-killed
+    source_uid: Mapped[str] = mapped_column(String(64))
+    new_name: Mapped[str] = mapped_column(Name)  # the Job submitted (or that would be, in dry-run)
+    queue: Mapped[str] = mapped_column(Name, default="")
+    mode: Mapped[str] = mapped_column(String(16))  # dry-run / apply
+    outcome: Mapped[str] = mapped_column(String(16))  # pending / applied / dry_run / capped / exhausted / failed
+    containers: Mapped[dict[str, Any]]  # "task/container" -> {request, limit, peak, new_request, new_limit, why}
+    message: Mapped[str] = mapped_column(Text, default="")
+    identity: Mapped[str] = mapped_column(Name, default="")  # the replica that decided
+    created_at: Mapped[datetime]
+    updated_at: Mapped[datetime]

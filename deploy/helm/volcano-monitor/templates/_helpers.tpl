@@ -138,6 +138,28 @@ Secret). Truth as the watchdog reads it: 1, true, yes, on, t, y. */}}
 {{- if or $enabled $w.rbac.patchQueues }}true{{ end }}
 {{- end }}
 
+{{/* "true" when the watchdog's OOM auto scale-up is on, so that its ClusterRole grants `create` on Volcano
+Jobs (its only use): `oom_scale_up.enabled` in the config the chart renders, overridden by a
+VOLCANO_WATCHDOG_OOM_SCALE_UP__ENABLED value in watchdog.extraEnv; or watchdog.rbac.createJobs, for what
+the chart cannot see. Truth as the watchdog reads it: 1, true, yes, on, t, y. */}}
+{{- define "volcano-monitor.watchdog.oomScaleUpEnabled" -}}
+{{- $w := .Values.watchdog }}
+{{- $truthy := list "1" "true" "yes" "on" "t" "y" }}
+{{- $enabled := false }}
+{{- if not $w.existingConfigSecret }}
+{{- $section := get ($w.config | default dict) "oom_scale_up" }}
+{{- if kindIs "map" $section }}
+{{- $enabled = has (get $section "enabled" | toString | lower) $truthy }}
+{{- end }}
+{{- end }}
+{{- range $w.extraEnv }}
+{{- if and (eq .name "VOLCANO_WATCHDOG_OOM_SCALE_UP__ENABLED") (hasKey . "value") }}
+{{- $enabled = has (.value | toString | lower) $truthy }}
+{{- end }}
+{{- end }}
+{{- if or $enabled $w.rbac.createJobs }}true{{ end }}
+{{- end }}
+
 {{/* Where the SQLite file lives; the Dockerfile's WORKDIR is the same directory. */}}
 {{- define "volcano-monitor.watchdog.dataDir" -}}
 /var/lib/volcano-watchdog

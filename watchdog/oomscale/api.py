@@ -1,0 +1,95 @@
+"""`GET /api/v1/oom-resubmissions`: OOM auto scale-up's lineage and audit trail, from the database (the
+same on every replica), and the chat notice and /metrics family of its decisions."""
+
+from __future__ import annotations
+
+from collections import Counter
+from collections.abc import Callable
+from datetime import datetime
+from typing import Annotated, Any
+
+from fastapi import APIRouter, Query
+from pydantic import BaseModel
+from sqlalchemy import Engine
+from sqlalchemy.orm import Session
+
+from volcano_monitor.watchdog.detectors.base import fingerprint
+from volcano_monitor.watchdog.metrics import OOM_RESUBMISSIONS
+from volcano_monitor.watchdog.notify.message import AlertItem, rfc3339
+from volcano_monitor.watchdog.notify.outbox import NOTICE_LABEL, Outbox
+from volcano_monitor.watchdog.oomscale import store
+from volcano_monitor.watchdog.oomscale.controller import Decision, Notify, describe
+
+NOTICE_KIND = "OOMScaleUp"
+
+
+class ResubmissionOut(BaseModel):
+    id: int
+    namespace: str
+    lineage: str
+    lineage_uid: str
+    attempt: int
+    source_name: str
+    source_uid: str
+    new_name: str
+    queue: str
+    mode: str
+    outcome: str
+    containers: dict[str, Any]
+    message: str
+    identity: str
+    created_at: datetime
+    updated_at: datetime
+
+
+class ResubmissionPage(BaseModel):
+    total: int
+    limit: int
+    offset: int
+    items: list[ResubmissionOut]
+
+
+Name = Annotated[str | None, Query(max_length=253, pattern=r"^[^\x00/]+$")]
+
+
+def oom_router(engine: Engine) -> APIRouter:
+    router = APIRouter(tags=["oom-scale-up"])
+
+    @router.get("/api/v1/oom-resubmissions", response_model=ResubmissionPage)
+    def oom_resubmissions(namespace: Name = None, lineage: Name = None,
+                          limit: Annotated[int, Query(ge=1, le=1000)] = 50,
+                          offset: Annotated[int, Query(ge=0, le=10**9)] = 0) -> ResubmissionPage:
+        """OOM auto scale-up decisions, newest first: per attempt of a lineage (`lineage`: the first
+        run's Job name) the Job OOM-killed, the one submitted (or that would be, in dry-run), the memory
+        before and after per container, and the outcome."""
+        with Session(engine) as session:
+            total, rows = store.history(session, namespace, lineage, limit, offset)
+            items = [ResubmissionOut.model_validate(row, from_attributes=True) for row in rows]
+        return ResubmissionPage(total=total, limit=limit, offset=offset, items=items)
+
+    return router
+
+
+def outbox_notice(outbox: Outbox) -> Notify:
+    """The chat notice of a decision, queued in the transaction that records it: one per decision."""
+
+    def notify(session: Session, decision: Decision) -> None:
+        if not outbox.enabled:
+            return
+        fine = decision.outcome in ("applied", "dry_run")
+        reasons = tuple(f"{name}: {c.get('why', '')}" for name, c in sorted(decision.containers.items()))
+        item = AlertItem(kind=NOTICE_KIND, severity="info" if fine else "warning",
+                         status="firing", summary=describe(decision), namespace=decision.namespace,
+                         queue=decision.queue, job_name=decision.job, subject=decision.new_name, reasons=reasons,
+                         started_at=rfc3339(decision.at),
+                         fingerprint=fingerprint(NOTICE_KIND, decision.namespace, decision.lineage,
+                                                 str(decision.attempt)),
+                         labels={NOTICE_LABEL: "true", "mode": decision.mode, "outcome": decision.outcome})
+        outbox.enqueue(session, item, decision.at)
+
+    return notify
+
+
+def render_oom_metrics(counts: Callable[[], Counter[tuple[str, str]]]) -> str:
+    lines = [OOM_RESUBMISSIONS.line(key, value) for key, value in sorted(counts().items())]
+    return OOM_RESUBMISSIONS.header + "".join(lines)
