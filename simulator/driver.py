@@ -28,8 +28,9 @@ from typing import Any
 from simulator import extras
 from simulator import objects as o
 from simulator.bulk import populate
+from simulator.commands import consume
 from simulator.controllers import Controllers
-from simulator.resources import JOBS, NAMESPACES, NODES, PODS, QUEUES, ResourceType
+from simulator.resources import COMMANDS, JOBS, NAMESPACES, NODES, PODS, QUEUES, ResourceType
 from simulator.scenario import SCENARIOS
 from simulator.state import make_node
 from simulator.store import Store, WatchEvent
@@ -50,6 +51,7 @@ class Driver(Controllers):
         super().__init__(store, SCENARIOS[scenario].configure(**scenario_params), speed, clock,
                          f"volcano-sim/{scenario}")
         self._deleted: list[tuple[ResourceType, str, str, str]] = []
+        self._commands: list[tuple[str, str]] = []  # Commands created since the last tick
         store.listeners.append(self._on_store_event)
 
     # ---- public interface ----------------------------------------------------------------------------
@@ -87,6 +89,10 @@ class Driver(Controllers):
             self.now = now
             return
         self._handle_deletions()
+        if self._commands:
+            commands, self._commands = self._commands, []
+            consume(self, commands)
+            self._flush()
         self._advance(now)
         self.now = now
         self._schedule()
@@ -112,6 +118,9 @@ class Driver(Controllers):
     # ---- objects deleted by someone else (kubectl, tests) -----------------------------------------
 
     def _on_store_event(self, rtype: ResourceType, event: WatchEvent) -> None:
+        if event.type == "ADDED" and rtype is COMMANDS:
+            meta = event.obj.get("metadata") or {}
+            self._commands.append((meta.get("namespace", ""), meta.get("name", "")))
         if event.type == "DELETED" and rtype in (JOBS, PODS):
             meta = event.obj.get("metadata") or {}
             self._deleted.append((rtype, meta.get("namespace", ""), meta.get("name", ""), meta.get("uid", "")))
