@@ -77,6 +77,7 @@ def prom() -> Iterator[FakePrometheus]:
 
 
 def collector(prom: FakePrometheus, namespaces: tuple[str, ...] = (), **settings: Any) -> PrometheusCollector:
+    settings.setdefault("dcgm_labels", "namespace")  # the label style is detected in tests of its own
     return PrometheusCollector(PrometheusSource(url=prom.url + "/", enabled=True, **settings), namespaces)
 
 
