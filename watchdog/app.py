@@ -45,9 +45,11 @@ from watchdog.db.models import Alert, AlertRequest
 from watchdog.detectors.base import Signal, fingerprint
 from watchdog.detectors.failure import FailureDetector
 from watchdog.detectors.gang import GangDetector
+from watchdog.detectors.gpuidle import GpuIdleDetector
 from watchdog.detectors.queue import QueueDetector
 from watchdog.detectors.waste import WasteDetector
 from watchdog.events import SchedulerNotes, about_podgroup
+from watchdog.gpuidle.tracker import GpuIdleTracker
 from watchdog.leader import AlwaysLeader
 from watchdog.ledger import Ledger, deleted_rows
 from watchdog.notify.describe import alert_item
@@ -125,6 +127,9 @@ class Watchdog:
         self.gangs = GangDetector(detectors, self.notes, blocked=self.queues.blocked)
         # A finished run is judged once its last usage flush is surely in.
         self.waste = WasteDetector(detectors, settle_seconds=4 * self.intervals.flush)
+        # GPU idle seconds per job, from the Prometheus collector's DCGM rounds (a gap of 3 rounds adds nothing).
+        self.gpu_idle = GpuIdleTracker(settings.gpu_idle, 3 * settings.sources.prometheus.interval_seconds)
+        self.gpu_idle_detector = GpuIdleDetector(settings.gpu_idle, self.gpu_idle, self.index.live_run_uids)
         self._reconciled = False  # failure alerts of objects deleted while we were down are resolved once
         self._observed_sync = threading.Event()  # the index holds every informer's first list (see index_synced)
         self.alerts = AlertBook()
@@ -351,6 +356,8 @@ class Watchdog:
         for what, event_type, obj in batch:
             self.stats.events[what] += 1
             writes += self.observer.observe(what, event_type, obj)
+            if what == "samples" and event_type == "prometheus":  # the source with DCGM data
+                self.gpu_idle.observe(obj, self.index.pod_info)
         if self._store_retrying(writes, periodic):
             return
         log.error("database write failed (%s); storing the batch item by item", self.stats.last_db_error)
@@ -457,6 +464,8 @@ class Watchdog:
             self._round(QueueDetector.KINDS, self.queues.check(ts), session, now)
         elif task == "waste":
             self._round(WasteDetector.KINDS, self.waste.check(session, now), session, now)
+            self.gpu_idle.forget(self.index.live_run_uids(), ts - self.gpu_idle.max_gap_seconds - 600)
+            self._round(GpuIdleDetector.KINDS, self.gpu_idle_detector.check(session, now), session, now)
         elif task == "reconcile":  # after the first full sync: what was deleted while we were down
             self._record(self.alerts.resolve_missing(FailureDetector.KINDS, self.failures.active(), session, now),
                          session, now)

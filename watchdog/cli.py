@@ -126,6 +126,9 @@ def run_watchdog(settings: Settings) -> int:
     from watchdog.capability.api import capability_router
     from watchdog.capability.controller import CapabilityController
     from watchdog.capability.metrics import render_capability_metrics
+    from watchdog.gpuidle.abort import GpuIdleAborter
+    from watchdog.gpuidle.api import gpu_idle_router
+    from watchdog.gpuidle.metrics import render_gpu_idle_metrics
     from watchdog.leader import make_leader
     from watchdog.report.digest import DigestScheduler
     from watchdog.why import why_router
@@ -147,8 +150,13 @@ def run_watchdog(settings: Settings) -> int:
     leader = make_leader(api, settings.leader_election).start()
     watchdog = Watchdog(settings, engine, api, leader=leader)
     capability: CapabilityController | None = None
+    # The opt-in GPU idle abort (leader only; RBAC create on Volcano Commands only when enabled).
+    aborter = GpuIdleAborter(settings.gpu_idle, engine, api, leader, outbox=watchdog.outbox,
+                             wake=watchdog.notifier.wake, identity=leader.identity)
     try:
         watchdog.start()
+        if settings.gpu_idle.abort.enabled:
+            aborter.start()
         if settings.capability.enabled:
             capability = CapabilityController(settings.capability, engine, api, leader,
                                               announce=watchdog.announce_capability,
@@ -171,13 +179,16 @@ def run_watchdog(settings: Settings) -> int:
         return counts
 
     health = Health(watchdog.ready, collectors, leader=leader.is_leader, notifications=notifications,
-                    extra_metrics=(lambda: render_capability_metrics(capability)) if capability else str)
+                    extra_metrics=lambda: (render_capability_metrics(capability) if capability else "")
+                    + render_gpu_idle_metrics(watchdog.gpu_idle.snapshot(), aborter.counts()))
     digests = DigestScheduler(settings.reports, engine, leader, settings.notifications.api_url,
                               wake=watchdog.notifier.wake,
                               identity=settings.leader_election.identity or socket.gethostname())
     app = create_app(engine, settings, health, queues=queues, outbox=watchdog.outbox,
                      wake_notifier=watchdog.notifier.wake, request_made=watchdog.request_made,
                      routers=[why_router(watchdog.index.why, watchdog.index_synced),
+                              gpu_idle_router(engine, settings.gpu_idle, watchdog.gpu_idle.snapshot,
+                                              leader.is_leader),
                               *([capability_router(engine, capability)] if capability else [])])
     log.info("serving the API on %s:%d (database %s)", host, port, display_url(engine))
     server = QuietServer(uvicorn.Config(app, host=host, port=port, log_level="warning", access_log=False))
@@ -190,6 +201,7 @@ def run_watchdog(settings: Settings) -> int:
         digests.stop()
         if capability is not None:
             capability.stop()
+        aborter.stop()
         watchdog.stop()
         leader.stop(release=True)
         engine.dispose()

@@ -18,6 +18,7 @@ from pydantic import BaseModel, ConfigDict, Field, SecretStr, ValidationError, f
 
 from exporter.flags import host_port
 from watchdog.capability.settings import CapabilitySettings
+from watchdog.gpuidle.settings import GpuIdleSettings
 from watchdog.notify.settings import LeaderElection, Notifications, parse_duration
 from watchdog.report.cron import parse_cron
 
@@ -212,6 +213,7 @@ class Settings(Section):
     leader_election: LeaderElection = LeaderElection()
     capability: CapabilitySettings = CapabilitySettings()
     reports: Reports = Reports()
+    gpu_idle: GpuIdleSettings = GpuIdleSettings()
 
     @model_validator(mode="after")
     def _idle_window_holds_rollups(self) -> Settings:

@@ -103,10 +103,24 @@ CAPABILITY_UPDATES = Family("volcano_watchdog_queue_capability_updates_total",
                             "Capability plans by outcome: applied, dry_run, unchanged, held (guardrail), conflict "
                             "(409, retried), failed.", ("queue", "outcome"), COUNTER)
 
+JOB_GPU_IDLE = Family("volcano_watchdog_job_gpu_idle_seconds_total",
+                      "Seconds the job's GPUs have all been below gpu_idle.idle_util_percent, counted per collection "
+                      "interval from DCGM; back to 0 when they get busy (the current idle streak). Absent for jobs "
+                      "with no GPU data (see volcano_watchdog_job_gpu_state). Leader only.",
+                      ("namespace", "job_name", "queue"), COUNTER)
+JOB_GPU_STATE = Family("volcano_watchdog_job_gpu_state",
+                       "1 for the state of the job's GPUs in the latest collection: idle, busy, or no_gpu_data "
+                       "(the job requests GPUs but Prometheus has no DCGM_FI_DEV_GPU_UTIL series for them: never "
+                       "idle). Leader only.", ("namespace", "job_name", "queue", "state"))
+GPU_IDLE_ABORTS = Family("volcano_watchdog_gpu_idle_aborts_total",
+                         "Jobs the GPU idle policy aborted through a Volcano Command, by queue and outcome: created, "
+                         "dry_run (would have), gone (the job ended or changed first), failed; counted by the "
+                         "replica that acted.", ("queue", "outcome"), COUNTER)
+
 FAMILIES = (ALERTS, REC_CPU, REC_MEMORY, REC_CONFIDENCE, JOB_EFFICIENCY, WASTED_CORE, WASTED_MEMORY, WASTED_GPU,
             COLLECTOR_ENABLED, COLLECTOR_UP, COLLECTOR_LAST_SUCCESS, COLLECTOR_ERRORS, COLLECTOR_SAMPLES,
             DATABASE_UP, READY, BUILD_INFO, LEADER, NOTIFICATIONS, OUTBOX_PENDING, OUTBOX_OLDEST, DEAD_LETTERS,
-            CAPABILITY_TARGET, CAPABILITY_UPDATES)
+            CAPABILITY_TARGET, CAPABILITY_UPDATES, JOB_GPU_IDLE, JOB_GPU_STATE, GPU_IDLE_ABORTS)
 
 
 def _section(family: Family, lines: list[str]) -> str:
