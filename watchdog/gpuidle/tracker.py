@@ -4,7 +4,8 @@ Each round of samples (one instant, every container Prometheus reported) is grou
 pods that requested GPUs. A job is:
 
 - **idle** when every one of its GPU pods reported GPU utilisation and all of them are below
-  `idle_util_percent`: its idle seconds grow by the time since the job's previous round;
+  `idle_util_percent`: its idle seconds grow by the time since the job's previous round, when that
+  round found it idle too (an interval counts when both its ends are idle);
 - **busy** when each GPU pod reported and one is at or above it: the idle seconds go back to 0 (they
   count the current streak, as Run:ai's idle-GPU rules do, so the limit means "idle this long in a row");
 - **no_gpu_data** when a GPU pod has usage samples (it runs) but no DCGM_FI_DEV_GPU_UTIL series: a node
@@ -82,9 +83,11 @@ class GpuIdleTracker:
             state = IDLE
         else:
             state = BUSY
+        # An interval counts when the rounds at both its ends found the GPUs idle.
+        was_idle = old is not None and old.state == IDLE
         gap = ts - old.last_ts if old is not None else 0.0
-        step = gap if 0 < gap <= self.max_gap_seconds else 0.0
-        idle = (old.idle_seconds if old is not None and old.state == IDLE else 0.0) + step if state == IDLE else 0.0
+        step = gap if was_idle and 0 < gap <= self.max_gap_seconds else 0.0
+        idle = ((old.idle_seconds if old is not None and was_idle else 0.0) + step) if state == IDLE else 0.0
         since = old.state_since if old is not None and old.state == state else ts
         return JobGpu(uid=info.job_uid, namespace=info.namespace, job_name=info.job_name, queue=info.queue,
                       state=state, idle_seconds=idle, gpu_util_percent=max(known) if known else None,
