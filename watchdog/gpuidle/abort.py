@@ -120,6 +120,9 @@ class GpuIdleAborter:
         now = datetime.fromtimestamp(self.clock(), UTC)
         with Session(self.engine) as session, session.begin():
             added = self._record_eligible(session, now)
+        if self.settings.abort.mode != "apply":  # counted once committed (a rolled-back pass recorded nothing)
+            for queue in added:
+                self.outcomes[(queue, DRY_RUN)] += 1
         if added and self.outbox is not None and self.outbox.enabled:
             self.wake()
         created = 0
@@ -147,10 +150,11 @@ class GpuIdleAborter:
                 found.append(Eligible(alert, policy.gpu_idle_limit_seconds))
         return found
 
-    def _record_eligible(self, session: Session, now: datetime) -> int:
+    def _record_eligible(self, session: Session, now: datetime) -> list[str]:
+        """Insert the rows of newly eligible runs; the queues of those inserted (one entry per run)."""
         mode = self.settings.abort.mode
         insert = postgresql.insert if session.get_bind().dialect.name == "postgresql" else sqlite.insert
-        added = 0
+        added: list[str] = []
         for item in self._eligible(session, now):
             alert, uid = item.alert, str(item.alert.details["job_uid"])
             values = {"job_uid": uid, "namespace": alert.namespace, "job_name": alert.job_name, "queue": alert.queue,
@@ -160,13 +164,13 @@ class GpuIdleAborter:
                       "limit_seconds": item.limit, "grace_seconds": self.settings.abort.grace_seconds,
                       "attempts": 0, "last_error": "", "identity": self.identity, "created_at": now,
                       "acted_at": None if mode == "apply" else now}
-            result = session.execute(insert(GpuIdleAbortRow).values(**values)
-                                     .on_conflict_do_nothing(index_elements=[GpuIdleAbortRow.job_uid]))
-            if not getattr(result, "rowcount", 0):
+            # RETURNING, not rowcount: psycopg reports -1 for an INSERT ... ON CONFLICT DO NOTHING.
+            inserted = session.execute(insert(GpuIdleAbortRow).values(**values)
+                                       .on_conflict_do_nothing(index_elements=[GpuIdleAbortRow.job_uid])
+                                       .returning(GpuIdleAbortRow.id)).first()
+            if inserted is None:
                 continue  # this run has its row: recorded (and announced) before
-            added += 1
-            if mode != "apply":
-                self.outcomes[(alert.queue, DRY_RUN)] += 1
+            added.append(alert.queue)
             log.info("gpu idle: %s job %s/%s (uid %s, idle %.0f s)", "aborting" if mode == "apply" else
                      "would abort (dry-run)", alert.namespace, alert.job_name, uid, values["idle_seconds"])
             self._announce(session, alert, mode, now)

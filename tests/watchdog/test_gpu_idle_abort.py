@@ -1,0 +1,120 @@
+"""The abort action's bookkeeping on a real database (SQLite and PostgreSQL), without a cluster:
+eligibility (firing for the grace period, a queue whose policy aborts), dry-run records and announces
+once and creates nothing, a follower does nothing, a rolled-back pass leaves nothing behind and its
+retry records the run once, and an unreachable API server leaves the row pending, then failed."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+from sqlalchemy import Engine, select
+from sqlalchemy.orm import Session
+
+from watchdog.config import load
+from watchdog.db.models import Alert, GpuIdleAbortRow, NotificationEntry
+from watchdog.detectors.gpuidle import GPU_IDLE
+from watchdog.gpuidle.abort import DRY_RUN, FAILED, PENDING, GpuIdleAborter, command_body, command_name
+from watchdog.gpuidle.settings import GpuIdleSettings
+from watchdog.notify.outbox import Outbox
+
+NOW = datetime(2026, 5, 1, 12, 0, tzinfo=UTC)
+
+
+class Leading:
+    def __init__(self, leading: bool) -> None:
+        self.leading = leading
+
+    def is_leader(self) -> bool:
+        return self.leading
+
+
+def _settings(mode: str) -> GpuIdleSettings:
+    return GpuIdleSettings.model_validate({
+        "queues": {"research": {"gpu_idle_limit_seconds": 600, "abort": True},
+                   "prod": {"gpu_idle_limit_seconds": 600}},
+        "abort": {"enabled": True, "mode": mode, "grace_seconds": 300}})
+
+
+def _outbox() -> Outbox:
+    return Outbox(load(None, environ={}, notifications={
+        "receivers": [{"name": "chat", "webhook": {"url": "http://127.0.0.1:1/x"}}],
+        "route": {"receiver": "chat"}}).notifications)
+
+
+def _alert(session: Session, uid: str, queue: str, fired_ago: float, state: str = "firing") -> None:
+    fired = NOW - timedelta(seconds=fired_ago)
+    session.add(Alert(fingerprint=f"fp-{uid}", kind=GPU_IDLE, severity="warning", state=state, namespace="ml",
+                      queue=queue, job_name=f"train-{uid}", subject=f"train-{uid}", summary="idle GPUs",
+                      details={"job_uid": uid, "idle_seconds": 900.0}, started_at=fired, fired_at=fired,
+                      resolved_at=None, last_seen_at=NOW, updated_at=NOW))
+
+
+def _rows(engine: Engine) -> list[tuple[str, str, str]]:
+    with Session(engine) as session:
+        return sorted((r.job_uid, r.state, r.mode) for r in session.scalars(select(GpuIdleAbortRow)))
+
+
+def _notices(engine: Engine) -> list[dict[str, Any]]:
+    with Session(engine) as session:
+        return [e.alert for e in session.scalars(select(NotificationEntry))]
+
+
+def test_dry_run_records_and_announces_eligible_runs_once_and_creates_nothing(engine: Engine) -> None:
+    with Session(engine) as session, session.begin():
+        _alert(session, "u1", "research", fired_ago=400)  # past the grace: eligible
+        _alert(session, "u2", "research", fired_ago=100)  # within the grace
+        _alert(session, "u3", "prod", fired_ago=4000)  # prod's policy only alerts
+        _alert(session, "u4", "research", fired_ago=4000, state="pending")  # not firing
+    follower = GpuIdleAborter(_settings("dry-run"), engine, None, Leading(False), clock=NOW.timestamp,
+                              outbox=_outbox())
+    assert follower.run_once() == 0 and _rows(engine) == []
+    aborter = GpuIdleAborter(_settings("dry-run"), engine, None, Leading(True), clock=NOW.timestamp,
+                             outbox=_outbox(), identity="replica-a")
+    for _ in range(3):
+        assert aborter.run_once() == 0  # no Command in dry-run (no API client is even given)
+    assert _rows(engine) == [("u1", DRY_RUN, "dry-run")]
+    notices = _notices(engine)
+    assert [(n["kind"], n["job_name"]) for n in notices] == [("GpuIdleAbort", "train-u1")]
+    assert "would be aborted (dry-run)" in notices[0]["summary"]
+    assert aborter.counts() == {("research", DRY_RUN): 1}
+
+
+def test_a_rolled_back_pass_records_nothing_and_its_retry_records_once(engine: Engine) -> None:
+    with Session(engine) as session, session.begin():
+        _alert(session, "u1", "research", fired_ago=400)
+    aborter = GpuIdleAborter(_settings("dry-run"), engine, None, Leading(True), clock=NOW.timestamp,
+                             outbox=_outbox())
+    with Session(engine) as session:
+        session.begin()
+        assert aborter._record_eligible(session, NOW) == ["research"]
+        session.rollback()  # the database failed before the commit
+    assert _rows(engine) == [] and _notices(engine) == []
+    aborter.run_once()
+    aborter.run_once()
+    assert _rows(engine) == [("u1", DRY_RUN, "dry-run")] and len(_notices(engine)) == 1
+
+
+def test_apply_without_a_reachable_api_server_stays_pending_then_fails(engine: Engine) -> None:
+    with Session(engine) as session, session.begin():
+        _alert(session, "u1", "research", fired_ago=400)
+    aborter = GpuIdleAborter(_settings("apply"), engine, None, Leading(True), clock=NOW.timestamp)
+    aborter.run_once()
+    assert _rows(engine) == [("u1", PENDING, "apply")]
+    for _ in range(4):
+        aborter.run_once()
+    assert _rows(engine) == [("u1", FAILED, "apply")]
+    with Session(engine) as session:
+        row = session.scalars(select(GpuIdleAbortRow)).one()
+        assert row.attempts == 5 and "no Kubernetes API client" in row.last_error
+        assert row.command_name == command_name("train-u1", "u1")
+
+
+def test_command_names_are_dns_names_fixed_by_the_uid() -> None:
+    long_name = "a" * 250 + "-"
+    assert command_name("train", "u1") == command_name("train", "u1") != command_name("train", "u2")
+    assert len(command_name(long_name, "u1")) <= 253
+    body = command_body("ml", "train", "u1", "idle")
+    assert body["action"] == "AbortJob" and body["target"] == {
+        "apiVersion": "batch.volcano.sh/v1alpha1", "kind": "Job", "name": "train", "uid": "u1"}
+    assert body["metadata"]["ownerReferences"][0]["controller"] is True
