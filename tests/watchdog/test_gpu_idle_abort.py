@@ -1,13 +1,16 @@
 """The abort action's bookkeeping on a real database (SQLite and PostgreSQL), without a cluster:
 eligibility (firing for the grace period, a queue whose policy aborts), dry-run records and announces
 once and creates nothing, a follower does nothing, a rolled-back pass leaves nothing behind and its
-retry records the run once, and an unreachable API server leaves the row pending, then failed."""
+retry records the run once, and an unreachable API server leaves the row pending, then failed. And
+`GET /api/v1/gpu-idle` over a tracker and that trail."""
 
 from __future__ import annotations
 
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
+from fastapi import FastAPI
+from fastapi.testclient import TestClient
 from sqlalchemy import Engine, select
 from sqlalchemy.orm import Session
 
@@ -15,8 +18,11 @@ from watchdog.config import load
 from watchdog.db.models import Alert, GpuIdleAbortRow, NotificationEntry
 from watchdog.detectors.gpuidle import GPU_IDLE
 from watchdog.gpuidle.abort import DRY_RUN, FAILED, PENDING, GpuIdleAborter, command_body, command_name
+from watchdog.gpuidle.api import gpu_idle_router
 from watchdog.gpuidle.settings import GpuIdleSettings
+from watchdog.gpuidle.tracker import GpuIdleTracker
 from watchdog.notify.outbox import Outbox
+from watchdog.usage.samples import PodInfo, UsageSample
 
 NOW = datetime(2026, 5, 1, 12, 0, tzinfo=UTC)
 
@@ -118,3 +124,26 @@ def test_command_names_are_dns_names_fixed_by_the_uid() -> None:
     assert body["action"] == "AbortJob" and body["target"] == {
         "apiVersion": "batch.volcano.sh/v1alpha1", "kind": "Job", "name": "train", "uid": "u1"}
     assert body["metadata"]["ownerReferences"][0]["controller"] is True
+
+
+def test_api_lists_job_states_with_no_gpu_data_never_idle_and_the_audit_trail(engine: Engine) -> None:
+    settings = _settings("dry-run")
+    tracker = GpuIdleTracker(settings)
+    infos = {f"{uid}-0": PodInfo(uid, f"train-{uid}", "ml", "train", "w", "research", "Running", 1, 1, 1)
+             for uid in ("u1", "u2", "u3")}
+    for ts in (1000.0, 1060.0):
+        tracker.observe([UsageSample(ts, "ml", "u1-0", "main", 1, 1, 1.0, 1),
+                         UsageSample(ts, "ml", "u2-0", "main", 1, 1, 90.0, 1),
+                         UsageSample(ts, "ml", "u3-0", "main", 1, 1, None, 0)], lambda _ns, pod: infos.get(pod))
+    with Session(engine) as session, session.begin():
+        _alert(session, "u1", "research", fired_ago=400)
+    GpuIdleAborter(settings, engine, None, Leading(True), clock=NOW.timestamp).run_once()
+    app = FastAPI()
+    app.include_router(gpu_idle_router(engine, settings, tracker.snapshot, lambda: True))
+    body = TestClient(app).get("/api/v1/gpu-idle").json()
+    jobs = {j["job_name"]: j for j in body["jobs"]}
+    assert {name: (j["state"], j["idle_seconds"]) for name, j in jobs.items()} == {
+        "train-u1": ("idle", 60.0), "train-u2": ("busy", 0.0), "train-u3": ("no_gpu_data", None)}
+    assert jobs["train-u1"]["limit_seconds"] == 600 and jobs["train-u1"]["abort"] is True
+    assert body["leader"] is True and body["aborts_total"] == 1
+    assert [(a["job_uid"], a["state"], a["mode"]) for a in body["aborts"]] == [("u1", "dry_run", "dry-run")]
