@@ -129,7 +129,8 @@ class Watchdog:
         self.waste = WasteDetector(detectors, settle_seconds=4 * self.intervals.flush)
         # GPU idle seconds per job, from the Prometheus collector's DCGM rounds (a gap of 3 rounds adds nothing).
         self.gpu_idle = GpuIdleTracker(settings.gpu_idle, 3 * settings.sources.prometheus.interval_seconds)
-        self.gpu_idle_detector = GpuIdleDetector(settings.gpu_idle, self.gpu_idle, self.index.live_run_uids)
+        self.gpu_idle_detector = GpuIdleDetector(settings.gpu_idle, self.gpu_idle, self.index.live_run_uids,
+                                                 synced=lambda: self._observed_sync.is_set())
         self._reconciled = False  # failure alerts of objects deleted while we were down are resolved once
         self._observed_sync = threading.Event()  # the index holds every informer's first list (see index_synced)
         self.alerts = AlertBook()
@@ -462,10 +463,11 @@ class Watchdog:
         if task == "checks":
             self._round(GangDetector.KINDS, self.gangs.check(ts), session, now)
             self._round(QueueDetector.KINDS, self.queues.check(ts), session, now)
-        elif task == "waste":
-            self._round(WasteDetector.KINDS, self.waste.check(session, now), session, now)
+            # GPU idle: the tracker's memory and the open alerts (one indexed query), like the checks above.
             self.gpu_idle.forget(self.index.live_run_uids(), ts - self.gpu_idle.max_gap_seconds - 600)
             self._round(GpuIdleDetector.KINDS, self.gpu_idle_detector.check(session, now), session, now)
+        elif task == "waste":
+            self._round(WasteDetector.KINDS, self.waste.check(session, now), session, now)
         elif task == "reconcile":  # after the first full sync: what was deleted while we were down
             self._record(self.alerts.resolve_missing(FailureDetector.KINDS, self.failures.active(), session, now),
                          session, now)

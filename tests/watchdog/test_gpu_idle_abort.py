@@ -16,7 +16,7 @@ from sqlalchemy.orm import Session
 
 from watchdog.config import load
 from watchdog.db.models import Alert, GpuIdleAbortRow, NotificationEntry
-from watchdog.detectors.gpuidle import GPU_IDLE
+from watchdog.detectors.gpuidle import GPU_IDLE, GpuIdleDetector
 from watchdog.gpuidle.abort import DRY_RUN, FAILED, PENDING, GpuIdleAborter, command_body, command_name
 from watchdog.gpuidle.api import gpu_idle_router
 from watchdog.gpuidle.settings import GpuIdleSettings
@@ -147,3 +147,22 @@ def test_api_lists_job_states_with_no_gpu_data_never_idle_and_the_audit_trail(en
     assert jobs["train-u1"]["limit_seconds"] == 600 and jobs["train-u1"]["abort"] is True
     assert body["leader"] is True and body["aborts_total"] == 1
     assert [(a["job_uid"], a["state"], a["mode"]) for a in body["aborts"]] == [("u1", "dry_run", "dry-run")]
+
+
+def test_detector_carries_open_alerts_it_cannot_judge_and_drops_those_it_can(engine: Engine) -> None:
+    settings = _settings("dry-run")
+    tracker = GpuIdleTracker(settings)
+    with Session(engine) as session, session.begin():
+        for uid in ("u1", "u2", "u3"):
+            _alert(session, uid, "research", fired_ago=60)
+    info = PodInfo("u2", "train-u2", "ml", "train", "w", "research", "Running", 1, 1, 1)
+    tracker.observe([UsageSample(1000.0, "ml", "u2-0", "main", 1, 1, 95.0, 1)],
+                    lambda _ns, pod: info if pod == "u2-0" else None)  # u2 is busy now
+    synced = [False]
+    detector = GpuIdleDetector(settings, tracker, live=lambda: {"u1", "u2"}, synced=lambda: synced[0])
+    with Session(engine) as session:
+        before_sync = {s.details["job_uid"] for s in detector.check(session, NOW)}
+        synced[0] = True
+        after_sync = {s.details["job_uid"] for s in detector.check(session, NOW)}
+    assert before_sync == {"u1", "u3"}  # unknown jobs kept before the informers' lists; busy u2 never
+    assert after_sync == {"u1"}  # u3 is not live: its alert resolves

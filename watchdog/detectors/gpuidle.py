@@ -11,7 +11,8 @@ them idle (info).
 
 Why open alerts are carried: the tracker is memory, and a new leader's starts empty. An open alert of
 a job the tracker has not seen since (no round yet, or a round without the job) stays active while
-the job is live, as JobIdle does across gaps; one the tracker sees busy (or no longer idle) resolves.
+the job is live (and, before the informers' first lists are in, whatever the job), as JobIdle does
+across gaps; one the tracker sees busy (or no longer idle) resolves.
 """
 
 from __future__ import annotations
@@ -36,10 +37,12 @@ GPU_NO_DATA = "GpuNoData"
 class GpuIdleDetector:
     KINDS = frozenset({GPU_IDLE, GPU_NO_DATA})
 
-    def __init__(self, settings: GpuIdleSettings, tracker: GpuIdleTracker, live: Callable[[], set[str]]) -> None:
+    def __init__(self, settings: GpuIdleSettings, tracker: GpuIdleTracker, live: Callable[[], set[str]],
+                 synced: Callable[[], bool] = lambda: True) -> None:
         self.settings = settings
         self.tracker = tracker
         self.live = live  # UIDs of the runs the informers hold now
+        self.synced = synced  # the index holds the informers' first lists (before: every open alert is carried)
 
     def check(self, session: Session, now: datetime) -> list[Signal]:
         signals: list[Signal] = []
@@ -51,12 +54,12 @@ class GpuIdleDetector:
             elif job.state == NO_GPU_DATA and job.last_ts - job.state_since >= self.settings.no_data_seconds:
                 signals.append(self._no_data_signal(job))
         reported = {s.fingerprint for s in signals}
-        live = self.live()
+        live = self.live() if self.synced() else None
         for alert in session.scalars(select(Alert).where(Alert.kind.in_(self.KINDS), Alert.state != "resolved")):
             details = alert.details if isinstance(alert.details, dict) else {}
             uid = str(details.get("job_uid", ""))
             seen = jobs.get(uid)
-            if alert.fingerprint in reported or uid not in live:
+            if alert.fingerprint in reported or (live is not None and uid not in live):
                 continue
             # Carried: unknown to this tracker (a new leader), or still in the state that opened it.
             if seen is None or (alert.kind == GPU_IDLE and seen.state == IDLE) or \
