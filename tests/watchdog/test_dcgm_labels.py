@@ -5,7 +5,8 @@ series (`gpu-idle` scenario: an idle GPU, a busy one, and a GPU no DCGM exporter
 `exported`: the DCGM job's target carries namespace/pod/container of its own (the exporter's pod), so
 Prometheus renames the GPU's to exported_namespace/exported_pod/exported_container — as a default
 ServiceMonitor does. The collector must find the style (`auto`) and read the GPUs of the right pods;
-the other style's queries find nothing; the dashboards' both-styles selector finds the same pods.
+the other style's queries find nothing; the dashboards' both-styles selector finds the same pods, and
+the VolcanoGPUIdle rule's expression (joined with the exporter's volcano_pod_info) the idle job.
 """
 
 from __future__ import annotations
@@ -15,14 +16,22 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+import yaml
 
 from dashboards.common import GPU_UTIL
+from exporter.app import Exporter
+from exporter.server import make_server, serve_in_background
 from simulator.runtime import SimulatorThread
 from tests.exporter.test_prometheus import Prometheus, poll, prometheus_binary
+from tests.promql import ROOT
+from tests.simtools import client_for, wait_for
 from watchdog.config import PrometheusSource
 from watchdog.usage.prometheus import EXPORTED_STYLE, NAMESPACE_STYLE, PrometheusCollector
 
 BUDGET = 40.0
+GPU_IDLE_RULE = next(rule["expr"] for group in yaml.safe_load((ROOT / "alerts" / "volcano-monitor.rules.yml")
+                                                                .read_text())["groups"]
+                     for rule in group["rules"] if rule.get("alert") == "VolcanoGPUIdle")
 KEEP_CADVISOR = ("    honor_labels: true\n    metric_relabel_configs:\n      - source_labels: [__name__]\n"
                  "        regex: container_.*\n        action: keep\n")
 KEEP_DCGM = ("    metric_relabel_configs:\n      - source_labels: [__name__]\n        regex: DCGM_.*\n"
@@ -41,17 +50,32 @@ def sim() -> Iterator[SimulatorThread]:
         yield running
 
 
+@pytest.fixture(scope="module")
+def exporter(sim: SimulatorThread, tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+    """The exporter watching the simulated cluster (volcano_pod_info for the rule's join), host:port."""
+    running = Exporter(client_for(sim, tmp_path_factory.mktemp("exporter"))).start()
+    server = make_server(running, "127.0.0.1", 0)
+    serve_in_background(server)
+    try:
+        wait_for(running.ready, timeout=10)
+        yield f"127.0.0.1:{server.server_address[1]}"
+    finally:
+        server.shutdown()
+        server.server_close()
+        running.stop()
+
+
 def _prefix(pod: str) -> str:
     return pod.split("-")[0]  # idle-gpu-xxxx-trainer-0 -> idle
 
 
 @pytest.mark.parametrize("style", [NAMESPACE_STYLE, EXPORTED_STYLE])
 def test_collector_detects_the_style_and_reads_the_gpus_of_the_right_pods(
-        tmp_path: Path, sim: SimulatorThread, style: str) -> None:
+        tmp_path: Path, sim: SimulatorThread, exporter: str, style: str) -> None:
     binary = prometheus_binary()
     deadline = time.monotonic() + BUDGET
     target = sim.url.removeprefix("http://")
-    prom = Prometheus(binary, tmp_path, {"cadvisor": target, "dcgm": target},
+    prom = Prometheus(binary, tmp_path, {"cadvisor": target, "dcgm": target, "volcano-exporter": exporter},
                       job_config={"cadvisor": KEEP_CADVISOR, "dcgm": DCGM_JOB[style]})
     try:
         prom.wait_ready(timeout=10)
@@ -88,5 +112,13 @@ def test_collector_detects_the_style_and_reads_the_gpus_of_the_right_pods(
         # The dashboards' and alert rules' selector reads either style as namespace/pod of the GPU's pod.
         found = {(r["metric"]["namespace"], _prefix(r["metric"]["pod"])) for r in prom.query(GPU_UTIL)}
         assert found == {("default", "idle"), ("default", "busy")}
+
+        # The VolcanoGPUIdle rule's expression (15-minute averages over the few seconds there are) finds the
+        # idle job and only it, in this style too.
+        poll("volcano_pod_info scraped", deadline,
+             lambda: None if len(prom.query('volcano_pod_info{queue="gpu"}')) == 3 else "not yet")
+        firing = {(r["metric"]["namespace"], _prefix(r["metric"]["job_name"]), r["metric"]["queue"])
+                  for r in prom.query(GPU_IDLE_RULE)}
+        assert firing == {("default", "idle", "gpu")}
     finally:
         prom.stop()
