@@ -165,6 +165,12 @@ def run_watchdog(settings: Settings) -> int:
         leader.stop(release=True)
         return database_failure("prepare", engine, exc)
 
+    def dcgm_style() -> str | None:
+        """The Prometheus collector's DCGM label style ("unknown" until auto found one), None without it."""
+        found = [source for name, _, source in watchdog._sources if name == "prometheus"]
+        style = getattr(found[0], "dcgm_style", None) if found else None
+        return None if not found else style or "unknown"
+
     def collectors() -> dict[str, CollectorHealth]:
         return {name: CollectorHealth(c.enabled, c.last_success, c.errors, c.samples)
                 for name, c in watchdog.collectors.items()}
@@ -180,7 +186,7 @@ def run_watchdog(settings: Settings) -> int:
 
     health = Health(watchdog.ready, collectors, leader=leader.is_leader, notifications=notifications,
                     extra_metrics=lambda: (render_capability_metrics(capability) if capability else "")
-                    + render_gpu_idle_metrics(watchdog.gpu_idle.snapshot(), aborter.counts()))
+                    + render_gpu_idle_metrics(watchdog.gpu_idle.snapshot(), aborter.counts(), dcgm_style()))
     digests = DigestScheduler(settings.reports, engine, leader, settings.notifications.api_url,
                               wake=watchdog.notifier.wake,
                               identity=settings.leader_election.identity or socket.gethostname())

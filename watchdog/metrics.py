@@ -116,11 +116,16 @@ GPU_IDLE_ABORTS = Family("volcano_watchdog_gpu_idle_aborts_total",
                          "Jobs the GPU idle policy aborted through a Volcano Command, by queue and outcome: created, "
                          "dry_run (would have), gone (the job ended or changed first), failed; counted by the "
                          "replica that acted.", ("queue", "outcome"), COUNTER)
+DCGM_LABEL_STYLE = Family("volcano_watchdog_dcgm_label_style",
+                          "1 for the label style the Prometheus collector reads DCGM series in: namespace "
+                          "(namespace/pod/container), exported (exported_namespace/exported_pod/exported_container), "
+                          "or unknown (auto, and no DCGM series seen yet). Absent without the Prometheus source.",
+                          ("style",))
 
 FAMILIES = (ALERTS, REC_CPU, REC_MEMORY, REC_CONFIDENCE, JOB_EFFICIENCY, WASTED_CORE, WASTED_MEMORY, WASTED_GPU,
             COLLECTOR_ENABLED, COLLECTOR_UP, COLLECTOR_LAST_SUCCESS, COLLECTOR_ERRORS, COLLECTOR_SAMPLES,
             DATABASE_UP, READY, BUILD_INFO, LEADER, NOTIFICATIONS, OUTBOX_PENDING, OUTBOX_OLDEST, DEAD_LETTERS,
-            CAPABILITY_TARGET, CAPABILITY_UPDATES, JOB_GPU_IDLE, JOB_GPU_STATE, GPU_IDLE_ABORTS)
+            CAPABILITY_TARGET, CAPABILITY_UPDATES, JOB_GPU_IDLE, JOB_GPU_STATE, GPU_IDLE_ABORTS, DCGM_LABEL_STYLE)
 
 
 def _section(family: Family, lines: list[str]) -> str:

@@ -80,6 +80,8 @@ def test_the_watchdog_process_counts_reports_and_aborts(tmp_path: Path) -> None:
             metrics = httpx.get(f"{base}/metrics", timeout=5).text
             assert "# TYPE volcano_watchdog_job_gpu_idle_seconds_total counter" in metrics
             assert 'volcano_watchdog_job_gpu_state{namespace="default",job_name="no-dcgm-' in metrics
+            assert 'volcano_watchdog_dcgm_label_style{style="namespace"} 1' in metrics  # detected (auto)
+            assert 'volcano_watchdog_dcgm_label_style{style="unknown"} 0' in metrics
             poll("the idle job aborted", deadline,
                  lambda: None if _phase(sim, "idle-gpu") == "Aborted" else _phase(sim, "idle-gpu"))
             time.sleep(1.5)  # more abort passes: nothing more
