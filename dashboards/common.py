@@ -27,7 +27,14 @@ TAGS = ["volcano", "volcano-monitor"]
 # container (container="POD"): counting them would add every pod's usage twice.
 CPU_USED = 'rate(container_cpu_usage_seconds_total{container!="", container!="POD"}[$__rate_interval])'
 MEMORY_USED = 'container_memory_working_set_bytes{container!="", container!="POD"}'
-GPU_UTIL = 'DCGM_FI_DEV_GPU_UTIL{pod!=""}'  # percent, one series per GPU; pod="" is a GPU no pod holds
+# DCGM utilisation in percent, one series per GPU a pod holds (pod="": a GPU no pod holds), in either
+# label style: `namespace/pod/container` (scraped with honorLabels) as it is, `exported_namespace/
+# exported_pod/exported_container` (the exporter pod's target labels won) copied into those (label_join
+# of one label copies it), so every join `on(namespace, pod)` works with both (docs/external-metrics.md;
+# the watchdog detects the style).
+GPU_UTIL = ('(DCGM_FI_DEV_GPU_UTIL{exported_pod="", pod!=""} or label_join(label_join(label_join('
+            'DCGM_FI_DEV_GPU_UTIL{exported_pod!=""}, "namespace", "", "exported_namespace"), '
+            '"pod", "", "exported_pod"), "container", "", "exported_container"))')
 
 # (resource label value, display name, Grafana unit) of the resources the dashboards chart.
 RESOURCES = (("cpu", "CPU (cores)", "short"), ("memory", "Memory", "bytes"), ("nvidia_com_gpu", "GPUs", "short"))

@@ -111,6 +111,25 @@ def _idle_jobs() -> list[Panel]:
         table_panel("Running jobs with the lowest GPU use", "Mean utilisation of each job's GPUs (DCGM), lowest 20.",
                     [Column(Query(f"bottomk(20, {gpu_util})", "GPU utilisation"), "percentunit")],
                     width=12, height=10, sort_by="GPU utilisation", descending=False),
+        *_gpu_idle(),
+    ]
+
+
+def _gpu_idle() -> list[Panel]:
+    """The watchdog's GPU idle streaks (docs/gpu-idle.md): what its queues' limits and the abort act on."""
+    streak = f"max by ({JOB}) (volcano_watchdog_job_gpu_idle_seconds_total{{{QN}}})"
+    no_data_matchers = selector(QN, 'state="no_gpu_data"')
+    no_data = f"max by ({JOB}) (volcano_watchdog_job_gpu_state{{{no_data_matchers}}}) == 1"
+    return [
+        table_panel("Longest GPU idle streaks (watchdog)", "Seconds each running job's GPUs have all been idle "
+                    "without a break (below the watchdog's gpu_idle.idle_util_percent), longest 20. Queue limits "
+                    "raise GpuIdle; an opted-in queue's jobs are aborted after the grace period.",
+                    [Column(Query(f"topk(20, {streak} > 0)", "idle for"), "s")],
+                    width=12, height=10, sort_by="idle for"),
+        table_panel("GPU jobs without GPU data (watchdog)", "Running jobs that request GPUs while Prometheus has no "
+                    "DCGM_FI_DEV_GPU_UTIL series for them: never counted as idle. Check the DCGM exporter on their "
+                    "nodes and its label style (docs/gpu-idle.md).",
+                    [Column(Query(no_data, "no GPU data"))], width=12, height=10),
     ]
 
 

@@ -315,6 +315,10 @@ class Controllers(Preemption):
     def _job_action(self, run: RunSim, action: str, pod: PodSim) -> None:
         """Volcano's kill path: pods deleted (finished ones kept, except on a restart that has retries
         left), the PodGroup deleted, the phase written with a new version."""
+        self._command_action(run, action)
+
+    def _command_action(self, run: RunSim, action: str) -> None:
+        """`_job_action` for a pod's policy or a bus Command (simulator.commands)."""
         self._record(self._job_ref(run), "Normal", "ExecuteAction", f"Start to execute action {action} ",
                      component="vc-controller-manager")
         if action == "RestartJob":

@@ -28,8 +28,9 @@ from typing import Any
 from volcano_monitor.simulator import extras
 from volcano_monitor.simulator import objects as o
 from volcano_monitor.simulator.bulk import populate
+from volcano_monitor.simulator.commands import consume
 from volcano_monitor.simulator.controllers import Controllers
-from volcano_monitor.simulator.resources import JOBS, NAMESPACES, NODES, PODS, QUEUES, ResourceType
+from volcano_monitor.simulator.resources import COMMANDS, JOBS, NAMESPACES, NODES, PODS, QUEUES, ResourceType
 from volcano_monitor.simulator.scenario import SCENARIOS
 from volcano_monitor.simulator.state import make_node
 from volcano_monitor.simulator.store import Store, WatchEvent
@@ -51,6 +52,7 @@ class Driver(Controllers):
                          f"volcano-sim/{scenario}")
         self._deleted: list[tuple[ResourceType, str, str, str]] = []
         self._created_jobs: list[tuple[str, str, str]] = []  # Jobs ADDED through the store: ours or to adopt
+        self._commands: list[tuple[str, str]] = []  # Commands created since the last tick
         store.listeners.append(self._on_store_event)
 
     # ---- public interface ----------------------------------------------------------------------------
@@ -89,6 +91,10 @@ class Driver(Controllers):
             return
         self._handle_deletions()
         self._adopt_created()
+        if self._commands:
+            commands, self._commands = self._commands, []
+            consume(self, commands)
+            self._flush()
         self._advance(now)
         self.now = now
         self._schedule()
@@ -117,6 +123,9 @@ class Driver(Controllers):
         if event.type == "ADDED" and rtype is JOBS:
             meta = event.obj.get("metadata") or {}
             self._created_jobs.append((meta.get("namespace", ""), meta.get("name", ""), meta.get("uid", "")))
+        if event.type == "ADDED" and rtype is COMMANDS:
+            meta = event.obj.get("metadata") or {}
+            self._commands.append((meta.get("namespace", ""), meta.get("name", "")))
         if event.type == "DELETED" and rtype in (JOBS, PODS):
             meta = event.obj.get("metadata") or {}
             self._deleted.append((rtype, meta.get("namespace", ""), meta.get("name", ""), meta.get("uid", "")))

@@ -172,7 +172,8 @@ class Kubelet(Engine):
         pod.usage = ContainerUsage(
             pod.namespace, pod.name, task.container, pod.node or "", self.now, self.speed, task.profile,
             cpu_request=pod.requests.get("cpu", 0.0), memory_request=pod.requests.get("memory", 0.0),
-            memory_limit=parse_quantity(task.memory_limit) if task.memory_limit else None, gpus=pod.gpus)
+            memory_limit=parse_quantity(task.memory_limit) if task.memory_limit else None,
+            gpus=pod.gpus if task.dcgm else ())
 
     def _stop_usage(self, pod: PodSim) -> None:
         pod.usage = None

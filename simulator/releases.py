@@ -26,6 +26,7 @@ import yaml
 
 from volcano_monitor.simulator.resources import (
     BASE_TYPES,
+    COMMANDS,
     CRONJOBS,
     HYPERNODES,
     JOBFLOWS,
@@ -51,6 +52,7 @@ CRD_FILES = {
     JOBFLOWS: "flow.volcano.sh_jobflows.yaml",
     HYPERNODES: "topology.volcano.sh_hypernodes.yaml",
     CRONJOBS: "batch.volcano.sh_cronjobs.yaml",
+    COMMANDS: "bus.volcano.sh_commands.yaml",
 }
 ENV_CRDS = "VOLCANO_SIM_CRDS"
 

@@ -51,6 +51,9 @@ NODE_METRICS = ResourceType(
     "metrics.k8s.io", "v1beta1", "nodes", "NodeMetrics", False, "", (), False, ("get", "list", "watch")
 )
 LEASES = ResourceType("coordination.k8s.io", "v1", "leases", "Lease", True, "lease")
+# Volcano's bus: a Command asks the job controller for an action on a Job (AbortJob, ...); every
+# release ships it (crds-by-release/*/bus.volcano.sh_commands.yaml). No status: the controller deletes it.
+COMMANDS = ResourceType("bus.volcano.sh", "v1alpha1", "commands", "Command", True, "command")
 # Kinds only some Volcano releases serve (simulator.releases decides): JobFlow (v1.9+, with its chart),
 # HyperNode (v1.12+), CronJob (v1.13+). All three have a status subresource.
 JOBFLOWS = ResourceType("flow.volcano.sh", "v1alpha1", "jobflows", "JobFlow", True, "jobflow", ("jf",), True)
@@ -71,6 +74,7 @@ BASE_TYPES: tuple[ResourceType, ...] = (
     POD_METRICS,
     NODE_METRICS,
     LEASES,
+    COMMANDS,
 )
 RELEASE_TYPES: tuple[ResourceType, ...] = (JOBFLOWS, HYPERNODES, CRONJOBS)
 ALL_TYPES: tuple[ResourceType, ...] = BASE_TYPES + RELEASE_TYPES

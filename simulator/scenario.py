@@ -83,6 +83,9 @@ class TaskSpec:
     # Replica 0 crashes (exit 1) this long after it starts and the kubelet restarts the container in
     # place (restartPolicy OnFailure): restartCount 1 and lastState.terminated show it.
     crash_after: float | None = None
+    # False: the pod gets its GPUs but no DCGM exporter reports them (a node without dcgm-exporter):
+    # no DCGM_FI_DEV_GPU_UTIL series for the container.
+    dcgm: bool = True
 
 
 @dataclass(frozen=True)
@@ -413,6 +416,20 @@ def _needs_2gi(name: str, opt_in: str) -> Workload:
 
 
 OOM_WORKLOADS = (_needs_2gi("grows", "true"), _needs_2gi("stays", "false"))
+# `gpu-idle`: one 8-GPU node and three GPU jobs that run until stopped: one whose GPU idles, one that
+# trains, one on a GPU no DCGM exporter reports ("no GPU data", never "idle"). For GPU idle seconds and
+# the AbortJob action (a bus Command consumed by the job controller, simulator.commands).
+GPU_IDLE_NODES = (NodeSpec("gpu-node-0", 64, 512, gpus=8, instance_type="kwok", system_reserved=False,
+                           gpu_taint=False),)
+GPU_IDLE_WORKLOADS = tuple(
+    Workload(name, "default", "gpu", (TaskSpec("trainer", 1, cpu="2", memory="4Gi", gpus=1, runtime=None,
+                                               profile=profile, dcgm=dcgm),), purpose, repeat=False)
+    for name, profile, dcgm, purpose in (
+        ("idle-gpu", IDLE_GPU, True, "its GPU at 0-2 %: idle seconds grow"),
+        ("busy-gpu", TRAINING, True, "its GPU at ~85 %: idle seconds stay 0"),
+        ("no-dcgm", IDLE_GPU, False, "a GPU no DCGM exporter reports: no GPU data, never idle"),
+    )
+)
 
 
 def recorded_scenario(name: str) -> Scenario:
@@ -443,5 +460,7 @@ SCENARIOS: dict[str, Scenario] = {
     "oom-scale-up": Scenario("oom-scale-up", "two programs that need twice the memory they ask for; one opts "
                              "in to OOM auto scale-up, one out", ("default",), KWOK_NODES, RECORDED_QUEUES,
                              OOM_WORKLOADS),
+    "gpu-idle": Scenario("gpu-idle", "an idle-GPU job, a busy one and one without DCGM data on one GPU node",
+                         ("default",), GPU_IDLE_NODES, (*RECORDED_QUEUES, QueueSpec("gpu")), GPU_IDLE_WORKLOADS),
     **{f"recorded-{name}": recorded_scenario(name) for name in RECORDED_WORKLOADS},
 }

@@ -36,9 +36,11 @@ from volcano_monitor.watchdog.config import Settings
 from volcano_monitor.watchdog.db.engine import describe_error, migrate
 from volcano_monitor.watchdog.detectors.failure import FailureDetector
 from volcano_monitor.watchdog.detectors.gang import GangDetector
+from volcano_monitor.watchdog.detectors.gpuidle import GpuIdleDetector
 from volcano_monitor.watchdog.detectors.queue import QueueDetector
 from volcano_monitor.watchdog.detectors.waste import WasteDetector
 from volcano_monitor.watchdog.events import SchedulerNotes
+from volcano_monitor.watchdog.gpuidle.tracker import GpuIdleTracker
 from volcano_monitor.watchdog.leader import AlwaysLeader
 from volcano_monitor.watchdog.ledger import Ledger
 from volcano_monitor.watchdog.notify.outbox import Outbox
@@ -71,13 +73,19 @@ class Watchdog:
         self.notes = SchedulerNotes()  # the scheduler's latest Event per PodGroup: GangUnschedulable's reason
         queues = QueueDetector(found)
         # A finished run is judged once its last usage flush is surely in.
+        # GPU idle seconds per job, from the Prometheus collector's DCGM rounds (a gap of 3 rounds adds nothing).
+        self.gpu_idle = GpuIdleTracker(settings.gpu_idle, 3 * settings.sources.prometheus.interval_seconds)
         self.detectors = DetectorSet(failures=FailureDetector(found), queues=queues,
                                      gangs=GangDetector(found, self.notes, blocked=queues.blocked),
-                                     waste=WasteDetector(found, settle_seconds=4 * self.intervals.flush))
+                                     waste=WasteDetector(found, settle_seconds=4 * self.intervals.flush),
+                                     gpu_idle=GpuIdleDetector(settings.gpu_idle, self.gpu_idle,
+                                                              self.index.live_run_uids,
+                                                              synced=self.index_synced))
         self.alerts = AlertBook()
         self.observer = Observer(self.index, self.detectors.failures, self.detectors.gangs, queues, self.notes,
                                  self.recorder, self.histograms, clock,
                                  unstored_seconds=2 * settings.leader_election.lease_duration_seconds + 30)
+        self.observer.sample_consumers.append(self._gpu_samples)
         self.leader: Leader = leader or AlwaysLeader().start()
         self.stats = WorkerStats()
         # Notifications: the writer puts alert changes into the outbox in the same transaction as the
@@ -172,3 +180,11 @@ class Watchdog:
 
     def announce_capability(self, change: CapabilityChange) -> None:
         self.tasks.announce_capability(change)
+
+    def _gpu_samples(self, source: str, samples: Any) -> None:
+        if source == "prometheus":  # the source with DCGM data
+            self.gpu_idle.observe(samples, self.index.pod_info)
+
+    def usage_source(self, name: str) -> feeds.UsageSource | None:
+        """The running collector of that name (the API shows what it detected, e.g. the DCGM label style)."""
+        return next((source for found, _, source in self._sources if found == name), None)

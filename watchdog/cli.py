@@ -133,6 +133,9 @@ def run_watchdog(settings: Settings) -> int:
     from volcano_monitor.watchdog.capability.api import capability_router
     from volcano_monitor.watchdog.capability.controller import CapabilityController
     from volcano_monitor.watchdog.capability.metrics import render_capability_metrics
+    from volcano_monitor.watchdog.gpuidle.abort import GpuIdleAborter
+    from volcano_monitor.watchdog.gpuidle.api import gpu_idle_router
+    from volcano_monitor.watchdog.gpuidle.metrics import render_gpu_idle_metrics
     from volcano_monitor.watchdog.leader import make_leader
     from volcano_monitor.watchdog.oomscale.api import oom_router, outbox_notice, render_oom_metrics
     from volcano_monitor.watchdog.oomscale.controller import OomScaleUpController
@@ -157,8 +160,13 @@ def run_watchdog(settings: Settings) -> int:
     watchdog = Watchdog(settings, engine, api, leader=leader)
     capability: CapabilityController | None = None
     oom: OomScaleUpController | None = None
+    # The opt-in GPU idle abort (leader only; RBAC create on Volcano Commands only when enabled).
+    aborter = GpuIdleAborter(settings.gpu_idle, engine, api, leader, outbox=watchdog.outbox,
+                             wake=watchdog.notifier.wake, identity=leader.identity)
     try:
         watchdog.start()
+        if settings.gpu_idle.abort.enabled:
+            aborter.start()
         if settings.capability.enabled:
             capability = CapabilityController(settings.capability, engine, api, leader,
                                               announce=watchdog.announce_capability,
@@ -170,6 +178,13 @@ def run_watchdog(settings: Settings) -> int:
     except SQLAlchemyError as exc:
         leader.stop(release=True)
         return database_failure("prepare", engine, exc)
+
+    def dcgm_style() -> str | None:
+        """The Prometheus collector's DCGM label style ("unknown" until auto found one), None without it."""
+        source = watchdog.usage_source("prometheus")
+        if source is None:
+            return None
+        return getattr(source, "dcgm_style", None) or "unknown"
 
     def collectors() -> dict[str, CollectorHealth]:
         return {name: CollectorHealth(c.enabled, c.last_success, c.errors, c.samples)
@@ -186,7 +201,8 @@ def run_watchdog(settings: Settings) -> int:
 
     def extra_metrics() -> str:
         return ((render_capability_metrics(capability) if capability else "")
-                + (render_oom_metrics(oom.count_snapshot) if oom else ""))
+                + (render_oom_metrics(oom.count_snapshot) if oom else "")
+                + render_gpu_idle_metrics(watchdog.gpu_idle.snapshot(), aborter.counts(), dcgm_style()))
 
     health = Health(watchdog.ready, collectors, leader=leader.is_leader, notifications=notifications,
                     extra_metrics=extra_metrics)
@@ -196,6 +212,8 @@ def run_watchdog(settings: Settings) -> int:
     app = create_app(engine, settings, health, queues=queues, outbox=watchdog.outbox,
                      wake_notifier=watchdog.notifier.wake, request_made=watchdog.request_made,
                      routers=[why_router(watchdog.index.why, watchdog.index_synced),
+                              gpu_idle_router(engine, settings.gpu_idle, watchdog.gpu_idle.snapshot,
+                                              leader.is_leader),
                               *([capability_router(engine, capability)] if capability else []),
                               oom_router(engine)])
     log.info("serving the API on %s:%d (database %s)", host, port, display_url(engine))
@@ -211,6 +229,7 @@ def run_watchdog(settings: Settings) -> int:
             capability.stop()
         if oom is not None:
             oom.stop()
+        aborter.stop()
         watchdog.stop()
         leader.stop(release=True)
         engine.dispose()

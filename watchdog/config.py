@@ -18,6 +18,7 @@ from pydantic import BaseModel, ConfigDict, Field, SecretStr, ValidationError, f
 
 from volcano_monitor.core.flags import host_port
 from volcano_monitor.watchdog.capability.settings import CapabilitySettings
+from volcano_monitor.watchdog.gpuidle.settings import GpuIdleSettings
 from volcano_monitor.watchdog.notify.settings import LeaderElection, Notifications, parse_duration
 from volcano_monitor.watchdog.oomscale.settings import OomScaleUpSettings
 from volcano_monitor.watchdog.report.cron import parse_cron
@@ -53,6 +54,12 @@ class PrometheusSource(Section):
     timeout_seconds: float = Field(default=10.0, gt=0, description="Timeout of one query.")
     rate_window: str = Field(default="5m", pattern=r"^[0-9]+[smhd]$", description="Range for rate() over CPU counters.")
     gpu: bool = Field(default=True, description="Query DCGM_FI_DEV_GPU_UTIL for GPU utilisation.")
+    dcgm_labels: Literal["auto", "namespace", "exported"] = Field(
+        default="auto",
+        description="How this Prometheus labels DCGM series with the GPU's pod: `namespace` (namespace/pod/container, "
+                    "scraped with honorLabels), `exported` (exported_namespace/exported_pod/exported_container: the "
+                    "scrape target's own labels won), or `auto`: asked of Prometheus (the style with more series), "
+                    "again every 60 rounds.")
     bearer_token: SecretStr | None = Field(default=None, description="Bearer token for Prometheus, if it needs one.")
 
 
@@ -208,6 +215,7 @@ class Settings(Section):
     capability: CapabilitySettings = CapabilitySettings()
     oom_scale_up: OomScaleUpSettings = OomScaleUpSettings()
     reports: Reports = Reports()
+    gpu_idle: GpuIdleSettings = GpuIdleSettings()
 
     @model_validator(mode="after")
     def _idle_window_holds_rollups(self) -> Settings:

@@ -107,10 +107,30 @@ OOM_RESUBMISSIONS = Family("volcano_watchdog_oom_resubmissions_total",
                            "capped (no room to grow), exhausted (max_attempts reached), failed (create refused).",
                            ("namespace", "outcome"), COUNTER)
 
+JOB_GPU_IDLE = Family("volcano_watchdog_job_gpu_idle_seconds_total",
+                      "Seconds the job's GPUs have all been below gpu_idle.idle_util_percent, counted per collection "
+                      "interval from DCGM; back to 0 when they get busy (the current idle streak). Absent for jobs "
+                      "with no GPU data (see volcano_watchdog_job_gpu_state). Leader only.",
+                      ("namespace", "job_name", "queue"), COUNTER)
+JOB_GPU_STATE = Family("volcano_watchdog_job_gpu_state",
+                       "1 for the state of the job's GPUs in the latest collection: idle, busy, or no_gpu_data "
+                       "(the job requests GPUs but Prometheus has no DCGM_FI_DEV_GPU_UTIL series for them: never "
+                       "idle). Leader only.", ("namespace", "job_name", "queue", "state"))
+GPU_IDLE_ABORTS = Family("volcano_watchdog_gpu_idle_aborts_total",
+                         "Jobs the GPU idle policy aborted through a Volcano Command, by queue and outcome: created, "
+                         "dry_run (would have), gone (the job ended or changed first), failed; counted by the "
+                         "replica that acted.", ("queue", "outcome"), COUNTER)
+DCGM_LABEL_STYLE = Family("volcano_watchdog_dcgm_label_style",
+                          "1 for the label style the Prometheus collector reads DCGM series in: namespace "
+                          "(namespace/pod/container), exported (exported_namespace/exported_pod/exported_container), "
+                          "or unknown (auto, and no DCGM series seen yet). Absent without the Prometheus source.",
+                          ("style",))
+
 FAMILIES = (ALERTS, REC_CPU, REC_MEMORY, REC_CONFIDENCE, JOB_EFFICIENCY, WASTED_CORE, WASTED_MEMORY, WASTED_GPU,
             COLLECTOR_ENABLED, COLLECTOR_UP, COLLECTOR_LAST_SUCCESS, COLLECTOR_ERRORS, COLLECTOR_SAMPLES,
             DATABASE_UP, READY, BUILD_INFO, LEADER, NOTIFICATIONS, OUTBOX_PENDING, OUTBOX_OLDEST, DEAD_LETTERS,
-            CAPABILITY_TARGET, CAPABILITY_UPDATES, OOM_RESUBMISSIONS)
+            CAPABILITY_TARGET, CAPABILITY_UPDATES, OOM_RESUBMISSIONS, JOB_GPU_IDLE, JOB_GPU_STATE, GPU_IDLE_ABORTS,
+            DCGM_LABEL_STYLE)
 
 
 def _section(family: Family, lines: list[str]) -> str:

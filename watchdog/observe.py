@@ -65,6 +65,9 @@ class Observer:
         self.unstored: deque[tuple[float, Write]] = deque()
         self.unstored_seconds = unstored_seconds
         self._ooms_seen: set[tuple[str, str, int, bool]] = set()
+        # Other consumers of usage samples, called with (source, samples): GPU idle seconds (DCGM data
+        # from the Prometheus source), the nodes' view (NodeHot from pods' usage).
+        self.sample_consumers: list[Callable[[str, Any], None]] = []
 
     def observe(self, what: str, event_type: str, obj: Any) -> list[Write]:
         writes: list[Write] = []
@@ -101,6 +104,8 @@ class Observer:
             self.notes.on_event(event_type, event)
         elif what == "samples":
             self.recorder.ingest(obj, self.index.pod_info)
+            for consume in self.sample_consumers:
+                consume(event_type, obj)
         if signals:
             for signal in signals:
                 if signal.active:

@@ -28,6 +28,7 @@ from volcano_monitor.watchdog.db.models import Alert, AlertRequest
 from volcano_monitor.watchdog.detectors.base import Signal, fingerprint
 from volcano_monitor.watchdog.detectors.failure import FailureDetector
 from volcano_monitor.watchdog.detectors.gang import GangDetector
+from volcano_monitor.watchdog.detectors.gpuidle import GpuIdleDetector
 from volcano_monitor.watchdog.detectors.queue import QueueDetector
 from volcano_monitor.watchdog.detectors.waste import WasteDetector
 from volcano_monitor.watchdog.ledger import Ledger, deleted_rows
@@ -60,6 +61,7 @@ class DetectorSet:
     gangs: GangDetector
     queues: QueueDetector
     waste: WasteDetector
+    gpu_idle: GpuIdleDetector
 
 
 class Tasks:
@@ -86,6 +88,10 @@ class Tasks:
         if task == "checks":
             self._round(GangDetector.KINDS, found.gangs.check(ts), session, now)
             self._round(QueueDetector.KINDS, found.queues.check(ts), session, now)
+            # GPU idle: the tracker's memory and the open alerts (one indexed query), like the checks above.
+            tracker = found.gpu_idle.tracker
+            tracker.forget(self.index.live_run_uids(), ts - tracker.max_gap_seconds - 600)
+            self._round(GpuIdleDetector.KINDS, found.gpu_idle.check(session, now), session, now)
         elif task == "waste":
             self._round(WasteDetector.KINDS, found.waste.check(session, now), session, now)
         elif task == "reconcile":  # after the first full sync: what was deleted while we were down

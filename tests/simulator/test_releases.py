@@ -43,10 +43,12 @@ def shipped(release: str) -> set[str]:
 def test_a_release_serves_the_kinds_it_ships(release: str) -> None:
     loaded = load_release(release)
     volcano = {rt.plural for rt in loaded.types if rt.group.endswith("volcano.sh")}
-    assert volcano == shipped(release) & {"jobs", "podgroups", "queues", "jobflows", "hypernodes", "cronjobs"}
+    assert volcano == shipped(release) & {"jobs", "podgroups", "queues", "jobflows", "hypernodes", "cronjobs",
+                                                 "commands"}
     assert ("hypernodes" in volcano) == since(release, "v1.12")
     assert ("cronjobs" in volcano) == since(release, "v1.13")
     assert "jobflows" in volcano
+    assert "commands" in volcano  # every release's job controller consumes bus Commands
     assert set(loaded.pruners) == {rt for rt in loaded.types if rt.group.endswith("volcano.sh")}
 
 

@@ -16,10 +16,13 @@ import pytest
 
 from volcano_monitor.watchdog.config import PrometheusSource
 from volcano_monitor.watchdog.usage.prometheus import (
+    EXPORTED_STYLE,
+    REDETECT_ROUNDS,
     PrometheusCollector,
     namespace_matcher,
     promql_string,
     regex_literal,
+    style_query,
 )
 from volcano_monitor.watchdog.usage.samples import UsageSample
 
@@ -82,6 +85,7 @@ def prom() -> Iterator[FakePrometheus]:
 
 
 def collector(prom: FakePrometheus, namespaces: tuple[str, ...] = (), **settings: Any) -> PrometheusCollector:
+    settings.setdefault("dcgm_labels", "namespace")  # the label style is detected in tests of its own
     return PrometheusCollector(PrometheusSource(url=prom.url + "/", enabled=True, **settings), namespaces)
 
 
@@ -141,7 +145,7 @@ HOSTILE = ['a"b', "c\\d", "e\nf", "g.h|i", 'x"}) or vector(1) # ', "ünï.*"]
 
 
 def test_hostile_namespaces_are_escaped(prom: FakePrometheus) -> None:
-    collector(prom, HOSTILE).collect(NOW)
+    collector(prom, tuple(HOSTILE)).collect(NOW)
     assert len(prom.queries) == 4
     for query in prom.queries:
         match = re.search(r'namespace=~("(?:[^"\\]|\\.)*")', query)
@@ -205,3 +209,41 @@ def test_one_failing_query_keeps_the_others(prom: FakePrometheus) -> None:
     c = collector(prom)
     assert c.collect(NOW) == [UsageSample(NOW, "team-a", "p", "main", 2.0, 2.0, None, 0, 300.0)]
     assert c.errors == {"query": 2} and c.last_success is None
+
+
+def test_auto_dcgm_style_is_asked_until_known_then_every_redetect_rounds(prom: FakePrometheus) -> None:
+    exported = {"exported_namespace": "team-a", "exported_pod": "p0", "exported_container": "main",
+                "namespace": "gpu-operator", "pod": "dcgm-exporter-x", "container": "exporter"}
+    styles: list[tuple[dict[str, str], str]] = []
+
+    def answer(q: str) -> tuple[int, bytes]:
+        if q == style_query():
+            return 200, vector(styles)
+        if "DCGM_FI_DEV_GPU_UTIL" in q and styles:  # the DCGM series exist from when the styles say so
+            return 200, vector([(exported, "2" if q.startswith("count") else "40")])
+        return 200, vector([])
+
+    prom.answer = answer
+    c = collector(prom, dcgm_labels="auto")
+    assert c.collect(NOW) == [] and c.dcgm_style is None  # no DCGM series yet: the namespace style meanwhile
+    styles[:] = [({"style": "exported"}, "3"), ({"style": "namespace"}, "1")]
+    samples = c.collect(NOW)
+    assert c.dcgm_style == EXPORTED_STYLE
+    assert [(s.namespace, s.pod, s.container, s.gpu_util_percent, s.gpus) for s in samples] == [
+        ("team-a", "p0", "main", 40.0, 2)]
+    assert prom.queries[-2:] == [
+        'avg by (exported_namespace, exported_pod, exported_container) (DCGM_FI_DEV_GPU_UTIL{exported_pod!=""})',
+        'count by (exported_namespace, exported_pod, exported_container) (DCGM_FI_DEV_GPU_UTIL{exported_pod!=""})']
+    asked = prom.queries.count(style_query())
+    for _ in range(REDETECT_ROUNDS - 1):
+        c.collect(NOW)
+    assert prom.queries.count(style_query()) == asked  # known: not asked again for a while
+    c.collect(NOW)
+    assert prom.queries.count(style_query()) == asked + 1
+    assert not c.errors
+
+
+def test_auto_dcgm_style_with_prometheus_down_stops_the_round() -> None:
+    c = PrometheusCollector(PrometheusSource(url="http://127.0.0.1:1", enabled=True, timeout_seconds=0.5))
+    assert c.collect(NOW) == []
+    assert c.errors == {"connection": 1} and c.dcgm_style is None

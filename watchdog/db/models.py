@@ -396,3 +396,29 @@ class OomResubmission(Base):
     identity: Mapped[str] = mapped_column(Name, default="")  # the replica that decided
     created_at: Mapped[datetime]
     updated_at: Mapped[datetime]
+class GpuIdleAbortRow(Base):
+    """The audit trail of the GPU idle abort action: one row per job run (unique UID), written by the
+    leader before it creates the Volcano Command, so a retried pass (a database error, a new leader)
+    finds the row and never aborts the same run twice. `state`: pending (Command not created yet),
+    created, dry_run, gone (the job ended or changed before), failed."""
+
+    __tablename__ = "gpu_idle_aborts"
+    __table_args__ = (Index("ix_gpu_idle_aborts_state", "state"), Index("ix_gpu_idle_aborts_created_at", "created_at"))
+
+    id: Mapped[int] = mapped_column(Id, primary_key=True, autoincrement=True)
+    job_uid: Mapped[str] = mapped_column(String(64), unique=True)
+    namespace: Mapped[str] = mapped_column(Name)
+    job_name: Mapped[str] = mapped_column(Name)
+    queue: Mapped[str] = mapped_column(Name, default="")
+    mode: Mapped[str] = mapped_column(String(16))
+    state: Mapped[str] = mapped_column(String(16))
+    command_name: Mapped[str] = mapped_column(Name, default="")
+    alert_id: Mapped[int | None] = mapped_column(Id)
+    idle_seconds: Mapped[float] = mapped_column(Float, default=0.0)
+    limit_seconds: Mapped[float] = mapped_column(Float, default=0.0)
+    grace_seconds: Mapped[float] = mapped_column(Float, default=0.0)
+    attempts: Mapped[int] = mapped_column(Integer, default=0)
+    last_error: Mapped[str] = mapped_column(Text, default="")
+    identity: Mapped[str] = mapped_column(Name, default="")  # the replica that acted
+    created_at: Mapped[datetime]
+    acted_at: Mapped[datetime | None]

@@ -8,6 +8,12 @@ Why escaping matters: namespace names come from configuration and label values f
 either put into PromQL unescaped could break the query or change what it selects. `promql_string`
 makes any text a PromQL string literal, `regex_literal` makes it match itself inside `=~`.
 
+Why the DCGM label style: the DCGM exporter labels each GPU with the pod that holds it as
+`namespace/pod/container`. Scraped with honorLabels those names stay; scraped without, the target's own
+`namespace/pod/container` (the exporter's pod) win and the GPU's become `exported_namespace/exported_pod/
+exported_container`. `dcgm_labels: auto` asks Prometheus which style its series have (`style_query`)
+and queries that one; until a DCGM series exists the `namespace` style is assumed.
+
 Why `collect()` never raises: Prometheus down, answering 500, garbage or `status: error` is counted
 in `errors` and logged once per streak, and the round gives what the other queries returned (nothing
 when Prometheus cannot be reached at all), so the poll loop carries on.
@@ -37,6 +43,10 @@ _WINDOW_UNITS = {"s": 1.0, "m": 60.0, "h": 3600.0, "d": 86400.0}
 CONTAINER_MATCHERS = 'container!="", container!="POD"'
 
 Key = tuple[str, str, str]  # namespace, pod, container
+NAMESPACE_STYLE, EXPORTED_STYLE = "namespace", "exported"
+DCGM_LABELS = {NAMESPACE_STYLE: ("namespace", "pod", "container"),
+               EXPORTED_STYLE: ("exported_namespace", "exported_pod", "exported_container")}
+REDETECT_ROUNDS = 60  # `auto`: rounds between two looks at the style (an exporter may be redeployed)
 
 
 def promql_string(value: str) -> str:
@@ -49,11 +59,11 @@ def regex_literal(value: str) -> str:
     return "".join("\\" + ch if ch in _REGEX_SPECIALS else ch for ch in value)
 
 
-def namespace_matcher(namespaces: Sequence[str]) -> str:
+def namespace_matcher(namespaces: Sequence[str], label: str = "namespace") -> str:
     """`namespace=~"a|b"` for the given namespaces ("" for all)."""
     if not namespaces:
         return ""
-    return "namespace=~" + promql_string("|".join(regex_literal(ns) for ns in sorted(set(namespaces))))
+    return f"{label}=~" + promql_string("|".join(regex_literal(ns) for ns in sorted(set(namespaces))))
 
 
 def _selector(*matchers: str) -> str:
@@ -74,6 +84,7 @@ class Query:
 
     name: str
     promql: str
+    labels: tuple[str, str, str] = DCGM_LABELS[NAMESPACE_STYLE]  # where namespace, pod and container are
 
     def read(self, data: Any) -> tuple[dict[Key, float], int]:
         """(value per container, count of malformed or non-finite series skipped)."""
@@ -84,7 +95,7 @@ class Query:
         for series in data["result"]:
             try:
                 labels, (_, raw) = series["metric"], series["value"]
-                key = (labels["namespace"], labels["pod"], labels["container"])
+                key = (labels[self.labels[0]], labels[self.labels[1]], labels[self.labels[2]])
                 value = float(raw)
             except (KeyError, TypeError, ValueError):
                 skipped += 1
@@ -108,14 +119,43 @@ def memory_query(namespaces: Sequence[str] = ()) -> Query:
     return Query("memory", f"max by (namespace, pod, container) (container_memory_working_set_bytes{selector})")
 
 
-def gpu_util_query(namespaces: Sequence[str] = ()) -> Query:
-    selector = _selector('pod!=""', namespace_matcher(namespaces))
-    return Query("gpu_util", f"avg by (namespace, pod, container) (DCGM_FI_DEV_GPU_UTIL{selector})")
+def _dcgm_selector(style: str, namespaces: Sequence[str]) -> tuple[str, tuple[str, str, str]]:
+    """The DCGM selector of GPUs some pod holds, in `style`, and its namespace/pod/container labels."""
+    names = DCGM_LABELS[style]
+    # In the exported style the target's own `pod` label is set too: only exported_pod names the GPU's pod.
+    return _selector(f'{names[1]}!=""', namespace_matcher(namespaces, names[0])), names
 
 
-def gpu_count_query(namespaces: Sequence[str] = ()) -> Query:
-    selector = _selector('pod!=""', namespace_matcher(namespaces))
-    return Query("gpu_count", f"count by (namespace, pod, container) (DCGM_FI_DEV_GPU_UTIL{selector})")
+def gpu_util_query(namespaces: Sequence[str] = (), style: str = NAMESPACE_STYLE) -> Query:
+    selector, names = _dcgm_selector(style, namespaces)
+    return Query("gpu_util", f"avg by ({', '.join(names)}) (DCGM_FI_DEV_GPU_UTIL{selector})", names)
+
+
+def gpu_count_query(namespaces: Sequence[str] = (), style: str = NAMESPACE_STYLE) -> Query:
+    selector, names = _dcgm_selector(style, namespaces)
+    return Query("gpu_count", f"count by ({', '.join(names)}) (DCGM_FI_DEV_GPU_UTIL{selector})", names)
+
+
+def style_query() -> str:
+    """How many DCGM series (of GPUs a pod holds) each label style has, as `{style="namespace"|"exported"}`."""
+    return ('count by (style) (label_replace(DCGM_FI_DEV_GPU_UTIL{exported_pod!=""}, "style", "exported", "", "") '
+            'or label_replace(DCGM_FI_DEV_GPU_UTIL{exported_pod="", pod!=""}, "style", "namespace", "", ""))')
+
+
+def read_style(data: Any) -> str | None:
+    """The style with more series in `style_query`'s answer; None when there is no DCGM series at all."""
+    counts: dict[str, float] = {}
+    result = data.get("result") if isinstance(data, dict) else None
+    for series in result if isinstance(result, list) else []:
+        try:
+            style, value = series["metric"]["style"], float(series["value"][1])
+        except (KeyError, TypeError, ValueError, IndexError):
+            continue
+        if style in DCGM_LABELS and math.isfinite(value) and value > 0:
+            counts[style] = value
+    if not counts:
+        return None
+    return max(sorted(counts), key=lambda style: counts[style])
 
 
 class PrometheusCollector:
@@ -131,8 +171,9 @@ class PrometheusCollector:
         self.client = client if client is not None else httpx.Client(timeout=settings.timeout_seconds)
         self.clock = clock
         self.queries = [cpu_query(settings.rate_window, namespaces), memory_query(namespaces)]
-        if settings.gpu:
-            self.queries += [gpu_util_query(namespaces), gpu_count_query(namespaces)]
+        # The DCGM label style: configured, or (auto) detected; None while auto has seen no DCGM series.
+        self.dcgm_style: str | None = None if settings.dcgm_labels == "auto" else settings.dcgm_labels
+        self._rounds_since_style = 0
         # Health, read by the watchdog's self-metrics.
         self.errors: Counter[str] = Counter()
         self.skipped = 0  # series dropped because they were malformed
@@ -163,11 +204,38 @@ class PrometheusCollector:
                                     f"{str(body.get('error', ''))[:300]}")
         return body.get("data")
 
+    def gpu_queries(self) -> list[Query]:
+        style = self.dcgm_style or NAMESPACE_STYLE
+        return [gpu_util_query(self.namespaces, style), gpu_count_query(self.namespaces, style)]
+
+    def _detect_style(self, now: float, failures: list[str]) -> bool:
+        """`auto`: which label style the DCGM series have, asked while unknown and every REDETECT_ROUNDS.
+        False when Prometheus cannot be reached (the round's other queries would only time out too)."""
+        if self.settings.dcgm_labels != "auto":
+            return True
+        self._rounds_since_style += 1
+        if self.dcgm_style is not None and self._rounds_since_style < REDETECT_ROUNDS:
+            return True
+        try:
+            found = read_style(self.query(style_query(), now))
+        except QueryError as exc:
+            self.errors[exc.cause] += 1
+            failures.append(f"dcgm_style: {exc}")
+            return exc.cause != "connection"
+        self._rounds_since_style = 0
+        if found is not None and found != self.dcgm_style:
+            log.info("DCGM series are labelled in the %s style (%s)", found, ", ".join(DCGM_LABELS[found]))
+        self.dcgm_style = found or self.dcgm_style
+        return True
+
     def collect(self, now: float) -> list[UsageSample]:
         """One round of instant queries at `now`, merged per container."""
         results: dict[str, dict[Key, float]] = {}
         failures: list[str] = []
-        for q in self.queries:
+        queries = list(self.queries)
+        if self.settings.gpu:
+            queries = queries + self.gpu_queries() if self._detect_style(now, failures) else []
+        for q in queries:
             try:
                 values, skipped = q.read(self.query(q.promql, now))
             except QueryError as exc:

@@ -160,6 +160,31 @@ the chart cannot see. Truth as the watchdog reads it: 1, true, yes, on, t, y. */
 {{- if or $enabled $w.rbac.createJobs }}true{{ end }}
 {{- end }}
 
+{{/* "true" when the watchdog's GPU idle abort action is on, so that its ClusterRole grants `create` on
+Volcano Commands (its only use): `gpu_idle.abort.enabled` in watchdog.config, overridden as in the watchdog
+by a VOLCANO_WATCHDOG_GPU_IDLE__ABORT__ENABLED value in watchdog.extraEnv; or watchdog.rbac.createCommands
+for what the chart cannot see. Truth as the watchdog reads it: 1, true, yes, on, t, y. */}}
+{{- define "volcano-monitor.watchdog.gpuIdleAbortEnabled" -}}
+{{- $w := .Values.watchdog }}
+{{- $truthy := list "1" "true" "yes" "on" "t" "y" }}
+{{- $enabled := false }}
+{{- if not $w.existingConfigSecret }}
+{{- $gpuIdle := get ($w.config | default dict) "gpu_idle" }}
+{{- if kindIs "map" $gpuIdle }}
+{{- $abort := get $gpuIdle "abort" }}
+{{- if kindIs "map" $abort }}
+{{- $enabled = has (get $abort "enabled" | toString | lower) $truthy }}
+{{- end }}
+{{- end }}
+{{- end }}
+{{- range $w.extraEnv }}
+{{- if and (eq .name "VOLCANO_WATCHDOG_GPU_IDLE__ABORT__ENABLED") (hasKey . "value") }}
+{{- $enabled = has (.value | toString | lower) $truthy }}
+{{- end }}
+{{- end }}
+{{- if or $enabled $w.rbac.createCommands }}true{{ end }}
+{{- end }}
+
 {{/* Where the SQLite file lives; the Dockerfile's WORKDIR is the same directory. */}}
 {{- define "volcano-monitor.watchdog.dataDir" -}}
 /var/lib/volcano-watchdog
