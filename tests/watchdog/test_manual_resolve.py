@@ -54,7 +54,7 @@ class Told:
 def worker(database_url: str, engine: Engine, clock: Clock, told: Told) -> Watchdog:
     settings = fast_settings(database_url, api_token=SecretStr(TOKEN))
     wd = Watchdog(settings, engine, api=None, clock=clock)
-    wd.outbox = told  # type: ignore[assignment]
+    wd.outbox = wd.tasks.outbox = told  # type: ignore[assignment]
     return wd
 
 
