@@ -33,8 +33,8 @@ from sqlalchemy.exc import InterfaceError, OperationalError, SQLAlchemyError
 from sqlalchemy.orm import Session
 
 from exporter.kube.informer import Backoff, Informer
-from exporter.kube.resources import EVENTS, JOBS, PODGROUPS, PODS, QUEUES, ResourceKind
-from exporter.model import Pod, parse_job, parse_pod, parse_podgroup, parse_queue
+from exporter.kube.resources import EVENTS, JOBS, NODES, PODGROUPS, PODS, QUEUES, ResourceKind
+from exporter.model import Pod, parse_job, parse_node, parse_pod, parse_podgroup, parse_queue
 from exporter.podview import is_volcano_pod
 from watchdog.alerts import FIRING, RESOLVED, AlertBook, Transition
 from watchdog.capability.store import CapabilityChange
@@ -45,11 +45,14 @@ from watchdog.db.models import Alert, AlertRequest
 from watchdog.detectors.base import Signal, fingerprint
 from watchdog.detectors.failure import FailureDetector
 from watchdog.detectors.gang import GangDetector
+from watchdog.detectors.hot import NodeHotDetector
 from watchdog.detectors.queue import QueueDetector
+from watchdog.detectors.stranded import GpuStrandedDetector
 from watchdog.detectors.waste import WasteDetector
 from watchdog.events import SchedulerNotes, about_podgroup
 from watchdog.leader import AlwaysLeader
 from watchdog.ledger import Ledger, deleted_rows
+from watchdog.nodes import NodeTable
 from watchdog.notify.describe import alert_item
 from watchdog.notify.message import AlertItem, rfc3339
 from watchdog.notify.outbox import NOTICE_LABEL, Outbox, forget_delivered
@@ -58,6 +61,7 @@ from watchdog.observe import LEDGER_JOB, LEDGER_PODGROUP, SIGNALS, Observer, Wri
 from watchdog.recommend import HistogramBook, Recommendation
 from watchdog.retention import run_retention
 from watchdog.usage.metrics_api import MetricsApiCollector
+from watchdog.usage.node_metrics import NodeMetricsCollector
 from watchdog.usage.prometheus import PrometheusCollector
 from watchdog.usage.recorder import UsageRecorder
 
@@ -125,6 +129,13 @@ class Watchdog:
         self.gangs = GangDetector(detectors, self.notes, blocked=self.queues.blocked)
         # A finished run is judged once its last usage flush is surely in.
         self.waste = WasteDetector(detectors, settle_seconds=4 * self.intervals.flush)
+        # Node detectors: Node objects and node usage go straight into a locked table (watchdog.nodes).
+        self.nodes = NodeTable()
+        self.stranded = (GpuStrandedDetector(detectors.gpu_stranded, self.nodes, self.index)
+                         if detectors.gpu_stranded.enabled else None)
+        self.hot = NodeHotDetector(detectors.node_hot, self.nodes, self.index) if detectors.node_hot.enabled else None
+        self.node_metrics = NodeMetricsCollector(api) if self.hot is not None and api is not None else None
+        self._node_informer: Informer[Any] | None = None
         self._reconciled = False  # failure alerts of objects deleted while we were down are resolved once
         self._observed_sync = threading.Event()  # the index holds every informer's first list (see index_synced)
         self.alerts = AlertBook()
@@ -181,6 +192,11 @@ class Watchdog:
         add(PODS, self._pod_view, is_volcano_pod)
         add(QUEUES, parse_queue, None)
         add(EVENTS, self.notes.parse, about_podgroup)  # Events about PodGroups only, dropped before parsing
+        if self.stranded is not None or self.hot is not None:
+            nodes: Informer[Any] = Informer(api, NODES, transform=parse_node, backoff=Backoff(*backoff))
+            nodes.add_handler(self.nodes.on_node)
+            self.informers.append(nodes)
+            self._node_informer = nodes
 
     def _pod_view(self, raw: Any) -> tuple[Pod, str]:
         """The Pod view, plus the value of the configured workload label (views keep no labels)."""
@@ -210,6 +226,8 @@ class Watchdog:
         self.notifier.start()
         for name, interval, source in self._sources:
             self._spawn(f"collector-{name}", functools.partial(self._collector, name, interval, source))
+        if self.node_metrics is not None:
+            self._spawn("collector-node-metrics", self._node_metrics)
         for informer in self.informers:
             informer.start()
         return self
@@ -266,9 +284,22 @@ class Watchdog:
             stats.errors = sum(source.errors.values()) + crashes
             stats.last_success = source.last_success
             if samples:
+                if self.hot is not None:
+                    self.nodes.add_samples(samples)  # which pods use a hot node (NodeHot)
                 stats.samples += len(samples)
                 self.enqueue("samples", name, samples)
             self._stop.wait(max(0.0, interval - (time.monotonic() - started)))
+
+    def _node_metrics(self) -> None:
+        """Poll NodeMetrics for NodeHot, on the leader (the only replica that checks)."""
+        assert self.node_metrics is not None
+        interval = self.settings.detectors.node_hot.interval_seconds
+        while not self._stop.is_set():
+            if self.leader.is_leader():
+                usage = self.node_metrics.collect()
+                if usage is not None:  # a failed poll keeps the last values: NodeHot ignores them once stale
+                    self.nodes.set_usage(usage, self.clock())
+            self._stop.wait(interval)
 
     # ---- worker -------------------------------------------------------------------------------------------
 
@@ -327,7 +358,7 @@ class Watchdog:
     def _all_synced(self) -> bool:
         """Every informer but the Events one has synced. Events only refine GangUnschedulable's reason:
         a cluster whose RBAC does not grant them yet must not keep the watchdog unready."""
-        essential = [i for i in self.informers if i.kind is not EVENTS]
+        essential = [i for i in self.informers if i.kind is not EVENTS and i.kind is not NODES]
         return bool(essential) and all(i.synced.is_set() for i in essential)
 
     def _take_batch(self, timeout: float) -> list[tuple[str, str, Any]]:
@@ -455,6 +486,12 @@ class Watchdog:
         if task == "checks":
             self._round(GangDetector.KINDS, self.gangs.check(ts), session, now)
             self._round(QueueDetector.KINDS, self.queues.check(ts), session, now)
+            # Not before the nodes and every pod are known: an empty view would resolve open alerts.
+            if self.stranded is not None and self._node_informer is not None and self._node_informer.synced.is_set() \
+                    and self._observed_sync.is_set():
+                self._round(GpuStrandedDetector.KINDS, self.stranded.check(session, now), session, now)
+            if self.hot is not None and self.nodes.usage_at is not None and self._observed_sync.is_set():
+                self._round(NodeHotDetector.KINDS, self.hot.check(ts), session, now)
         elif task == "waste":
             self._round(WasteDetector.KINDS, self.waste.check(session, now), session, now)
         elif task == "reconcile":  # after the first full sync: what was deleted while we were down

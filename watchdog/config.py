@@ -18,6 +18,7 @@ from pydantic import BaseModel, ConfigDict, Field, SecretStr, ValidationError, f
 
 from exporter.flags import host_port
 from watchdog.capability.settings import CapabilitySettings
+from watchdog.node_settings import GpuStrandedSettings, NodeHotSettings
 from watchdog.notify.settings import LeaderElection, Notifications, parse_duration
 from watchdog.report.cron import parse_cron
 
@@ -126,6 +127,8 @@ class Detectors(Section):
                     "ancestor) is at capability or the cluster (root queue's deserved) is full."
     )
     retrying_min_retries: int = Field(default=1, ge=1, description="JobRetrying from this many retries.")
+    gpu_stranded: GpuStrandedSettings = GpuStrandedSettings()
+    node_hot: NodeHotSettings = NodeHotSettings()
 
 
 class Recommendations(Section):
