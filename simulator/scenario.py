@@ -397,6 +397,33 @@ PREEMPT_WORKLOADS = (
 )
 
 
+# `node-pressure`: the node detectors. gpu-node-01's 4 GPUs are held hostage by a CPU-only ETL job that takes
+# 30 of its 32 cores (GpuStranded until the job completes); gpu-node-02 has nothing to run (no GpuStranded);
+# on hot-node-01 two pods request 12 of 16 cores but use 1.25x their request, no CPU limit (NodeHot).
+PRESSURE_NODES = (
+    NodeSpec("gpu-node-01", 32, 128, gpus=4, instance_type="kwok", system_reserved=False, gpu_taint=False),
+    NodeSpec("gpu-node-02", 32, 128, gpus=4, instance_type="kwok", system_reserved=False, gpu_taint=False),
+    NodeSpec("hot-node-01", 16, 64, instance_type="kwok", system_reserved=False),
+)
+HOT = UsageProfile(cpu=1.25, cpu_wobble=0.02, memory=0.5)  # uses more CPU than it requests (no limit)
+
+
+def _pinned(name: str, replicas: int, cpu: str, memory: str, node: str, runtime: float | None,
+            profile: UsageProfile) -> TaskSpec:
+    return TaskSpec(name, replicas, cpu=cpu, memory=memory, runtime=runtime, profile=profile,
+                    node_selector={"kubernetes.io/hostname": node})
+
+
+PRESSURE_WORKLOADS = (
+    _job("cpu-etl", "default", (_pinned("worker", 3, "10", "24Gi", "gpu-node-01", 200, LIGHT),),
+         "GpuStranded: 3 CPU-only pods take 30 of gpu-node-01's 32 cores, its 4 GPUs are unusable for 200 s"),
+    _job("hot-serve", "default", (_pinned("server", 1, "6", "8Gi", "hot-node-01", None, HOT),),
+         "NodeHot: requests 6 cores, uses 7.5", priority_class="high-priority"),
+    _job("hot-batch", "default", (_pinned("worker", 1, "6", "8Gi", "hot-node-01", None, HOT),),
+         "NodeHot: requests 6 cores, uses 7.5", priority_class="low-priority"),
+)
+
+
 def recorded_scenario(name: str) -> Scenario:
     queues, workloads = RECORDED_WORKLOADS[name]
     return Scenario(f"recorded-{name}", f"mirror of the recording of real Volcano: {name}", ("default",),
@@ -422,5 +449,8 @@ SCENARIOS: dict[str, Scenario] = {
                            ("default",), KWOK_NODES, RECORDED_QUEUES + WAIT_QUEUES, WAIT_WORKLOADS),
     "preemption": Scenario("preemption", "a high-priority job preempts a low-priority one in the same queue",
                            ("default",), PREEMPT_NODES, (*RECORDED_QUEUES, QueueSpec("shared")), PREEMPT_WORKLOADS),
+    "node-pressure": Scenario("node-pressure", "GPUs held hostage by CPU-only pods on one GPU node, another GPU "
+                              "node idle, a CPU node running hot under overcommit", ("default",), PRESSURE_NODES,
+                              RECORDED_QUEUES, PRESSURE_WORKLOADS),
     **{f"recorded-{name}": recorded_scenario(name) for name in RECORDED_WORKLOADS},
 }

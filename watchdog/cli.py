@@ -126,6 +126,7 @@ def run_watchdog(settings: Settings) -> int:
     from watchdog.capability.api import capability_router
     from watchdog.capability.controller import CapabilityController
     from watchdog.capability.metrics import render_capability_metrics
+    from watchdog.detectors.stranded import render_stranded_metrics
     from watchdog.leader import make_leader
     from watchdog.report.digest import DigestScheduler
     from watchdog.why import why_router
@@ -171,7 +172,8 @@ def run_watchdog(settings: Settings) -> int:
         return counts
 
     health = Health(watchdog.ready, collectors, leader=leader.is_leader, notifications=notifications,
-                    extra_metrics=(lambda: render_capability_metrics(capability)) if capability else str)
+                    extra_metrics=lambda: render_stranded_metrics(watchdog.stranded)
+                    + (render_capability_metrics(capability) if capability else ""))
     digests = DigestScheduler(settings.reports, engine, leader, settings.notifications.api_url,
                               wake=watchdog.notifier.wake,
                               identity=settings.leader_election.identity or socket.gethostname())

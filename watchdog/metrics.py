@@ -102,11 +102,15 @@ CAPABILITY_TARGET = Family("volcano_watchdog_queue_capability_target",
 CAPABILITY_UPDATES = Family("volcano_watchdog_queue_capability_updates_total",
                             "Capability plans by outcome: applied, dry_run, unchanged, held (guardrail), conflict "
                             "(409, retried), failed.", ("queue", "outcome"), COUNTER)
+NODE_STRANDED_GPUS = Family("volcano_watchdog_node_stranded_gpus",
+                            "Free GPUs of a Ready, schedulable GPU node that no GPU pod of the configured shape can "
+                            "use because pods requesting no GPU hold its CPU or memory (GpuStranded); 0 for the "
+                            "other GPU nodes. Served by the leader, which runs the check.", ("node",))
 
 FAMILIES = (ALERTS, REC_CPU, REC_MEMORY, REC_CONFIDENCE, JOB_EFFICIENCY, WASTED_CORE, WASTED_MEMORY, WASTED_GPU,
             COLLECTOR_ENABLED, COLLECTOR_UP, COLLECTOR_LAST_SUCCESS, COLLECTOR_ERRORS, COLLECTOR_SAMPLES,
             DATABASE_UP, READY, BUILD_INFO, LEADER, NOTIFICATIONS, OUTBOX_PENDING, OUTBOX_OLDEST, DEAD_LETTERS,
-            CAPABILITY_TARGET, CAPABILITY_UPDATES)
+            CAPABILITY_TARGET, CAPABILITY_UPDATES, NODE_STRANDED_GPUS)
 
 
 def _section(family: Family, lines: list[str]) -> str:

@@ -33,10 +33,11 @@ from exporter.model import Node, res_get
 from watchdog.cluster import ClusterIndex, gpu_count
 from watchdog.db.models import Alert
 from watchdog.detectors.base import GPU_STRANDED, Signal, fingerprint
+from watchdog.metrics import NODE_STRANDED_GPUS
 from watchdog.node_settings import GpuStrandedSettings
 from watchdog.nodes import NodePod, NodeTable, pods_by_node
 
-__all__ = ["GpuStrandedDetector", "NodeLoad", "node_load", "stranded_gpus", "usable_gpus"]
+__all__ = ["GpuStrandedDetector", "NodeLoad", "node_load", "render_stranded_metrics", "stranded_gpus", "usable_gpus"]
 
 EPSILON = 1e-9
 MAX_STEP_SECONDS = 300.0  # a gap between checks (no leader, database down) counts at most this much
@@ -167,3 +168,12 @@ class GpuStrandedDetector:
             for_seconds=self.settings.window_seconds,
             since=datetime.fromtimestamp(episode.since, UTC),
         )
+
+
+def render_stranded_metrics(detector: GpuStrandedDetector | None) -> str:
+    """`volcano_watchdog_node_stranded_gpus` from the last check (no series before one, or with the detector off)."""
+    if detector is None:
+        return ""
+    counts = dict(detector.stranded)  # replaced whole by each check: a consistent snapshot
+    return NODE_STRANDED_GPUS.header + "".join(NODE_STRANDED_GPUS.line((node,), count)
+                                               for node, count in sorted(counts.items()))
