@@ -424,6 +424,21 @@ PRESSURE_WORKLOADS = (
 )
 
 
+# `demo` (what `make demo` plays): the default scenario plus one untainted GPU node that a CPU-only job fills
+# and runs hot, so GpuStranded and NodeHot fire too. Kept out of `default`, which most tests play: the extra
+# node changes the cluster's size (root queue's deserved, HyperNode counts). Named after the GPU nodes, it
+# is the last node first-fit tries: the default workloads' GPU pods all fit on gpu-node-01..03 before it.
+HOSTAGE_NODE = NodeSpec("gpu-node-04", 16, 64, gpus=4, instance_type="g5.4xlarge", zone="zone-b", gpu_taint=False)
+DEMO_WORKLOADS = (
+    Workload("cpu-crunch", "team-a", "default",
+             purpose="GpuStranded and NodeHot: a CPU-only job takes 14 of gpu-node-04's 15.5 cores (its 4 GPUs "
+                     "unusable) and uses 1.05x its request, no limit (the node ~97 % busy); 2 h, then again",
+             tasks=(_pinned("crunch", 1, "14", "16Gi", "gpu-node-04", 2 * HOUR,
+                            UsageProfile(cpu=1.05, cpu_wobble=0.02, memory=0.5)),),
+             priority_class="low-priority", pause=300),
+)
+
+
 def recorded_scenario(name: str) -> Scenario:
     queues, workloads = RECORDED_WORKLOADS[name]
     return Scenario(f"recorded-{name}", f"mirror of the recording of real Volcano: {name}", ("default",),
@@ -449,6 +464,9 @@ SCENARIOS: dict[str, Scenario] = {
                            ("default",), KWOK_NODES, RECORDED_QUEUES + WAIT_QUEUES, WAIT_WORKLOADS),
     "preemption": Scenario("preemption", "a high-priority job preempts a low-priority one in the same queue",
                            ("default",), PREEMPT_NODES, (*RECORDED_QUEUES, QueueSpec("shared")), PREEMPT_WORKLOADS),
+    "demo": Scenario("demo", "the default scenario plus a GPU node whose GPUs a CPU-only job holds hostage while "
+                             "running it hot (what `make demo` plays)", NAMESPACES, (*NODES, HOSTAGE_NODE), QUEUES,
+                     (*WORKLOADS, *DEMO_WORKLOADS)),
     "node-pressure": Scenario("node-pressure", "GPUs held hostage by CPU-only pods on one GPU node, another GPU "
                               "node idle, a CPU node running hot under overcommit", ("default",), PRESSURE_NODES,
                               RECORDED_QUEUES, PRESSURE_WORKLOADS),
