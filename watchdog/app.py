@@ -134,7 +134,8 @@ class Watchdog:
         self.stranded = (GpuStrandedDetector(detectors.gpu_stranded, self.nodes, self.index)
                          if detectors.gpu_stranded.enabled else None)
         self.hot = NodeHotDetector(detectors.node_hot, self.nodes, self.index) if detectors.node_hot.enabled else None
-        self.node_metrics = NodeMetricsCollector(api) if self.hot is not None and api is not None else None
+        self.node_metrics = (NodeMetricsCollector(api) if self.hot is not None and api is not None
+                             and detectors.node_hot.source == "node_metrics" else None)
         self._node_informer: Informer[Any] | None = None
         self._reconciled = False  # failure alerts of objects deleted while we were down are resolved once
         self._observed_sync = threading.Event()  # the index holds every informer's first list (see index_synced)
@@ -487,10 +488,12 @@ class Watchdog:
             self._round(GangDetector.KINDS, self.gangs.check(ts), session, now)
             self._round(QueueDetector.KINDS, self.queues.check(ts), session, now)
             # Not before the nodes and every pod are known: an empty view would resolve open alerts.
-            if self.stranded is not None and self._node_informer is not None and self._node_informer.synced.is_set() \
-                    and self._observed_sync.is_set():
+            known = self._node_informer is not None and self._node_informer.synced.is_set() \
+                and self._observed_sync.is_set()
+            if self.stranded is not None and known:
                 self._round(GpuStrandedDetector.KINDS, self.stranded.check(session, now), session, now)
-            if self.hot is not None and self.nodes.usage_at is not None and self._observed_sync.is_set():
+            if self.hot is not None and known and (
+                    self.nodes.usage_at is not None or self.settings.detectors.node_hot.source == "pods"):
                 self._round(NodeHotDetector.KINDS, self.hot.check(ts), session, now)
         elif task == "waste":
             self._round(WasteDetector.KINDS, self.waste.check(session, now), session, now)

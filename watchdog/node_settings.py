@@ -6,7 +6,7 @@ Kubernetes quantities (`"4"`, `"500m"`, `"16Gi"`), held in base units (cores, by
 
 from __future__ import annotations
 
-from typing import Annotated, Any
+from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, model_validator
 
@@ -56,12 +56,19 @@ class GpuStrandedSettings(_Section):
 
 
 class NodeHotSettings(_Section):
-    """NodeHot: a node's used CPU or memory (metrics.k8s.io NodeMetrics, polled by the leader) above a share
-    of its allocatable for a window: CPU overcommit makes nodes run hot while requests look fine."""
+    """NodeHot: a node's used CPU or memory above a share of its allocatable for a window: CPU overcommit makes
+    nodes run hot while requests look fine."""
 
-    enabled: bool = Field(default=True, description="Poll NodeMetrics and watch nodes running hot.")
+    enabled: bool = Field(default=True, description="Watch nodes running hot.")
+    source: Literal["node_metrics", "pods"] = Field(
+        default="node_metrics",
+        description="Node usage from `node_metrics` (metrics.k8s.io NodeMetrics, the whole node, polled by the "
+                    "leader) or `pods` (the sum of the latest usage samples of the Volcano pods on the node, from "
+                    "the configured usage sources: for clusters without metrics-server).")
     threshold: float = Field(default=0.9, gt=0, le=2,
                              description="Used / allocatable (CPU or memory) above which a node is hot.")
     window_seconds: float = Field(default=600, ge=0, description="A node hot this long raises NodeHot.")
-    interval_seconds: float = Field(default=30, gt=0, description="Seconds between NodeMetrics polls.")
+    interval_seconds: float = Field(
+        default=30, gt=0, description="Seconds between NodeMetrics polls; usage older than 3 of them (+1 min) is "
+                                      "not judged, whatever the source.")
     max_pods_listed: int = Field(default=10, ge=1, le=100, description="Pods listed in one alert.")

@@ -28,6 +28,7 @@ from watchdog.detectors.hot import NodeHotDetector
 from watchdog.detectors.stranded import GpuStrandedDetector, node_load, render_stranded_metrics, stranded_gpus
 from watchdog.node_settings import GpuStrandedSettings, NodeHotSettings
 from watchdog.nodes import NodeTable, NodeUsage, pods_by_node
+from watchdog.notify.describe import reasons
 from watchdog.usage.node_metrics import parse_node_metrics
 from watchdog.usage.samples import UsageSample
 
@@ -145,6 +146,33 @@ def test_node_hot_lists_pods_by_priority_class_and_usage() -> None:
     # Stale NodeMetrics state nothing.
     table.set_usage({"c1": NodeUsage(now - 3600, 15.3, 20 * GI)}, now)
     assert NodeHotDetector(NodeHotSettings(), table, index).check(now) == []
+
+
+def test_node_hot_can_sum_the_pods_usage_where_there_is_no_metrics_server() -> None:
+    table, index = cluster([node("c1", 16, 64)], [pod("serve-0", "c1", 6, 8), pod("batch-0", "c1", 6, 8)])
+    now = time.time()
+    table.add_samples([UsageSample(now, "team-a", "serve-0", "main", 7.5, 4 * GI),
+                       UsageSample(now, "team-a", "serve-0", "sidecar", 0.2, GI),
+                       UsageSample(now, "team-a", "batch-0", "main", 7.0, 4 * GI)])
+    settings = NodeHotSettings(source="pods")
+    signals = NodeHotDetector(settings, table, index).check(now)
+    assert [s.subject for s in signals] == ["c1"]
+    assert signals[0].details["resources"]["cpu"]["used"] == pytest.approx(14.7)
+    assert signals[0].details["pods"][0]["cpu_used_cores"] == pytest.approx(7.7)  # both containers
+    assert NodeHotDetector(NodeHotSettings(), table, index).check(now) == []  # no NodeMetrics polled
+
+
+def test_the_alert_message_names_the_pods() -> None:
+    table, index = cluster([node("g1", 32, 128, gpus=4)], [pod(f"etl-{i}", "g1", 10, 24) for i in range(3)])
+    signal = GpuStrandedDetector(GpuStrandedSettings(), table, index)._signal(
+        node_load(table.nodes()[0], pods_by_node(index)["g1"]), 4, _episode())
+    lines = reasons(GPU_STRANDED, "g1", signal.details)
+    assert lines == tuple(f"team-a/etl-{i} (queue batch): 10 cores, 24Gi, no GPU" for i in range(3))
+
+
+def _episode() -> Any:
+    from watchdog.detectors.stranded import _Episode
+    return _Episode(0.0, 0.0, 0.0)
 
 
 # ---- GPU-hours across checks and leaders (SQLite and PostgreSQL) -----------------------------------------
@@ -272,3 +300,28 @@ def test_a_follower_neither_polls_node_metrics_nor_writes_node_alerts(
         assert watchdog.nodes.usage_at is None and watchdog.stranded is not None and watchdog.stranded.stranded == {}
     finally:
         watchdog.stop()
+
+
+def test_a_restarted_watchdog_continues_the_open_node_alerts(engine: Engine, database_url: str,
+                                                              tmp_path: Path) -> None:
+    """Until the restarted watchdog knows the nodes and pods, it must not judge them: the alerts that fired
+    before the restart stay the same episodes (same row, never resolved) and the GPU-hours go on."""
+    with SimulatorThread(scenario="node-pressure", speed=4, tick_interval=0.1) as slow:  # cpu-etl: 50 s real
+        settings = node_settings(database_url)
+        first = start_watchdog(slow, engine, tmp_path, settings)
+        try:
+            wait_for(lambda: {(a.kind, a.state) for a in alerts(engine)} >= {(GPU_STRANDED, "firing"),
+                                                                           (NODE_HOT, "firing")},
+                     timeout=25, interval=0.2)
+        finally:
+            first.stop()
+        before = {a.kind: a for a in alerts(engine) if a.kind in (GPU_STRANDED, NODE_HOT)}
+        hours_before = before[GPU_STRANDED].details["stranded_gpu_hours"]
+        second = start_watchdog(slow, engine, tmp_path, settings)
+        try:
+            wait_for(lambda: any(a.kind == GPU_STRANDED and a.details["stranded_gpu_hours"] > hours_before
+                                 for a in alerts(engine)), timeout=15, interval=0.2)
+        finally:
+            second.stop()
+    after = [a for a in alerts(engine) if a.kind in (GPU_STRANDED, NODE_HOT)]
+    assert sorted((a.id, a.kind, a.state) for a in after) == sorted((a.id, a.kind, "firing") for a in before.values())

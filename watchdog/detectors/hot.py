@@ -3,8 +3,10 @@ allocatable for `window_seconds`. CPU overcommit — pods using more than they r
 makes nodes run hot while their requests look fine, and the scheduler keeps placing pods there.
 
 Node usage is NodeMetrics (`watchdog.usage.node_metrics`, the whole node: what `kubectl top nodes`
-says). A node whose latest NodeMetrics is older than `STALE_FACTOR` polls states nothing (neither hot
-nor cool would be a fact): its open alert then resolves with the round, as when the node cools down.
+says) or, with `source: pods` (no metrics-server), the sum of the latest usage samples of the Volcano
+pods on the node — a lower bound. A node whose usage is older than `STALE_FACTOR` polls states nothing
+(neither hot nor cool would be a fact): its open alert then resolves with the round, as when the node
+cools down.
 The alert lists the node's pods (the Volcano pods the watchdog watches) grouped by priority class and
 ordered by usage, the latest the usage collectors measured, with their requests: the ones a team would
 throttle or move first are the heavy users of the lowest class.
@@ -58,9 +60,9 @@ class NodeHotDetector:
         self.index = index
 
     def check(self, now: float) -> list[Signal]:
-        usage = self.nodes.usage()
         stale_before = now - STALE_FACTOR * self.settings.interval_seconds - 60
         pods = pods_by_node(self.index)
+        usage = self.nodes.usage() if self.settings.source == "node_metrics" else self._summed(pods)
         signals = []
         for node in self.nodes.nodes():
             measured = usage.get(node.name)
@@ -71,6 +73,17 @@ class NodeHotDetector:
             if hot:
                 signals.append(self._signal(node.name, hot, on_node))
         return signals
+
+    def _summed(self, pods: dict[str, list[NodePod]]) -> dict[str, NodeUsage]:
+        """Node usage as the sum of its pods' latest measured usage (`source: pods`), stamped with the oldest
+        of those measurements. Only pods the watchdog watches count: a lower bound of the node's usage."""
+        out: dict[str, NodeUsage] = {}
+        for name, on_node in pods.items():
+            measured = [u for u in (self.nodes.pod_usage(p.namespace, p.name) for p in on_node) if u is not None]
+            if measured:
+                out[name] = NodeUsage(min(u.ts for u in measured), sum(u.cpu_cores for u in measured),
+                                      sum(u.memory_bytes for u in measured))
+        return out
 
     def _signal(self, node: str, hot: list[_Ratio], pods: list[NodePod]) -> Signal:
         listed: list[tuple[NodePod, float | None, float | None]] = []
