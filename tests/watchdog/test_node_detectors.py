@@ -102,7 +102,7 @@ def test_partly_stranded_node_counts_only_the_gpus_the_cpu_only_pods_keep() -> N
 def test_finished_pods_hold_nothing_and_the_shape_is_configurable() -> None:
     done = [pod(f"etl-{i}", "g1", 10, 24, phase="Succeeded") for i in range(3)]
     assert stranded_on([node("g1", 32, 128, gpus=4)], done) == {"g1": 0}
-    small = GpuStrandedSettings(cpu_per_gpu="1", memory_per_gpu="4Gi")  # 2 free cores: 2 GPU pods fit
+    small = GpuStrandedSettings.model_validate({"cpu_per_gpu": "1", "memory_per_gpu": "4Gi"})  # 2 GPU pods fit
     assert stranded_on([node("g1", 32, 128, gpus=4)], [pod(f"etl-{i}", "g1", 10, 24) for i in range(3)],
                        small) == {"g1": 2}
 
@@ -265,9 +265,15 @@ def test_node_pressure_scenario_raises_gpu_stranded_and_node_hot_on_the_right_no
         cpu = hot.details["resources"]["cpu"]
         assert cpu["used_ratio"] >= 0.9 and cpu["requested"] == 12 and cpu["allocatable"] == 16
         assert {p["priority_class"] for p in hot.details["pods"]} == {"high-priority", "low-priority"}
-        wait_for(lambda: all(p["cpu_used_cores"] for p in (firing(NODE_HOT, "hot-node-01") or hot).details["pods"]),
-                 timeout=10, interval=0.2)
-        hot = firing(NODE_HOT, "hot-node-01") or hot
+        seen: Alert = hot
+
+        def pods_measured() -> bool:
+            nonlocal seen
+            seen = firing(NODE_HOT, "hot-node-01") or seen
+            return all(p["cpu_used_cores"] for p in seen.details["pods"])
+
+        wait_for(pods_measured, timeout=10, interval=0.2)
+        hot = seen
         assert all(p["cpu_used_cores"] > p["cpu_request_cores"] for p in hot.details["pods"])  # overcommit
 
         # cpu-etl completes (200 scenario s): its pods leave gpu-node-01 and the alert resolves.
