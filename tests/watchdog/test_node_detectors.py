@@ -14,7 +14,7 @@ import pytest
 from sqlalchemy import Engine, select
 from sqlalchemy.orm import Session
 
-from exporter.model import parse_node, parse_pod
+from exporter.model import parse_job, parse_node, parse_pod
 from simulator.runtime import SimulatorThread
 from tests.simtools import client_for, wait_for
 from tests.watchdog.harness import FAST_DETECTORS, alerts, fast_settings, start_watchdog
@@ -27,7 +27,7 @@ from watchdog.detectors.base import GPU_STRANDED, NODE_HOT
 from watchdog.detectors.hot import NodeHotDetector
 from watchdog.detectors.stranded import GpuStrandedDetector, node_load, render_stranded_metrics, stranded_gpus
 from watchdog.node_settings import GpuStrandedSettings, NodeHotSettings
-from watchdog.nodes import NodeTable, NodeUsage, pods_by_node
+from watchdog.nodes import NodePodCache, NodeTable, NodeUsage, pods_by_node
 from watchdog.notify.describe import reasons
 from watchdog.usage.node_metrics import parse_node_metrics
 from watchdog.usage.samples import UsageSample
@@ -173,6 +173,19 @@ def test_the_alert_message_names_the_pods() -> None:
 def _episode() -> Any:
     from watchdog.detectors.stranded import _Episode
     return _Episode(0.0, 0.0, 0.0)
+
+
+def test_pod_views_are_reused_until_the_pod_or_its_job_changes() -> None:
+    _, index = cluster([node("c1", 16, 64)], [pod("etl-0", "c1", 6, 8)])
+    cache = NodePodCache()
+    first = cache.by_node(index, 1.0)["c1"][0]
+    assert first.priority_class == "" and cache.by_node(index, 1.0)["c1"][0] is first
+    assert cache.by_node(index, 2.0)["c1"][0] is first  # nothing changed: the same view
+    index.on_job("ADDED", parse_job({"metadata": {"name": "etl", "namespace": "team-a", "uid": "j1"},
+                                     "spec": {"queue": "batch", "priorityClassName": "low-priority"}}))
+    assert cache.by_node(index, 3.0)["c1"][0].priority_class == "low-priority"  # the Job came later
+    index.on_pod("MODIFIED", pod("etl-0", "c1", 6, 8, phase="Succeeded"))
+    assert cache.by_node(index, 4.0) == {}
 
 
 # ---- GPU-hours across checks and leaders (SQLite and PostgreSQL) -----------------------------------------

@@ -21,7 +21,7 @@ from exporter.model import Node, res_get
 from watchdog.cluster import ClusterIndex
 from watchdog.detectors.base import NODE_HOT, Signal, fingerprint
 from watchdog.node_settings import NodeHotSettings
-from watchdog.nodes import NodePod, NodeTable, NodeUsage, pods_by_node
+from watchdog.nodes import NodePod, NodeTable, NodeUsage
 
 __all__ = ["NodeHotDetector", "hot_resources"]
 
@@ -43,10 +43,10 @@ class _Ratio:
 def hot_resources(node: Node, usage: NodeUsage, pods: list[NodePod], threshold: float) -> list[_Ratio]:
     """The resources (cpu, memory) of `node` used above `threshold` of its allocatable."""
     out = []
-    for resource, used, requested in (("cpu", usage.cpu_cores, sum(p.cpu_request for p in pods)),
-                                      ("memory", usage.memory_bytes, sum(p.memory_request for p in pods))):
+    for resource, used in (("cpu", usage.cpu_cores), ("memory", usage.memory_bytes)):
         allocatable = res_get(node.allocatable, resource)
         if allocatable > 0 and used / allocatable >= threshold:
+            requested = sum(p.cpu_request if resource == "cpu" else p.memory_request for p in pods)
             out.append(_Ratio(resource, used, allocatable, requested))
     return out
 
@@ -61,7 +61,7 @@ class NodeHotDetector:
 
     def check(self, now: float) -> list[Signal]:
         stale_before = now - STALE_FACTOR * self.settings.interval_seconds - 60
-        pods = pods_by_node(self.index)
+        pods = self.nodes.pods.by_node(self.index, now)
         usage = self.nodes.usage() if self.settings.source == "node_metrics" else self._summed(pods)
         signals = []
         for node in self.nodes.nodes():

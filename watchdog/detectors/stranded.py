@@ -16,7 +16,7 @@ their queues, and its severity grows with the episode's stranded GPU-hours (the 
 over the checks; info, then warning, then critical). The integral lives in memory and in the alert's
 details: a replica taking over as leader (or a restart) continues from the stored value rather than
 starting at zero. Pods the watchdog does not watch (not Volcano's) are not counted: see
-`watchdog.nodes.pods_by_node`.
+`watchdog.nodes.NodePodCache`.
 """
 
 from __future__ import annotations
@@ -35,7 +35,7 @@ from watchdog.db.models import Alert
 from watchdog.detectors.base import GPU_STRANDED, Signal, fingerprint
 from watchdog.metrics import NODE_STRANDED_GPUS
 from watchdog.node_settings import GpuStrandedSettings
-from watchdog.nodes import NodePod, NodeTable, pods_by_node
+from watchdog.nodes import NodePod, NodeTable
 
 __all__ = ["GpuStrandedDetector", "NodeLoad", "node_load", "render_stranded_metrics", "stranded_gpus", "usable_gpus"]
 
@@ -101,7 +101,7 @@ class GpuStrandedDetector:
 
     def check(self, session: Session, now: datetime) -> list[Signal]:
         ts = now.timestamp()
-        pods = pods_by_node(self.index)
+        pods = self.nodes.pods.by_node(self.index, ts)
         loads = [node_load(n, pods.get(n.name, [])) for n in self.nodes.nodes()
                  if gpu_count(n.allocatable) > 0 and n.ready and not n.unschedulable]
         counts = {load.node: stranded_gpus(load, self.settings) for load in loads}
