@@ -29,7 +29,7 @@ from watchdog.detectors.stranded import GpuStrandedDetector, node_load, render_s
 from watchdog.node_settings import GpuStrandedSettings, NodeHotSettings
 from watchdog.nodes import NodePodCache, NodeTable, NodeUsage, pods_by_node
 from watchdog.notify.describe import reasons
-from watchdog.usage.node_metrics import parse_node_metrics
+from watchdog.usage.node_metrics import NodeMetricsCollector, parse_node_metrics
 from watchdog.usage.samples import UsageSample
 
 GI = 2**30
@@ -344,3 +344,17 @@ def test_a_restarted_watchdog_continues_the_open_node_alerts(engine: Engine, dat
             second.stop()
     after = [a for a in alerts(engine) if a.kind in (GPU_STRANDED, NODE_HOT)]
     assert sorted((a.id, a.kind, a.state) for a in after) == sorted((a.id, a.kind, "firing") for a in before.values())
+
+
+def test_node_metrics_collector_reads_the_simulator_and_counts_failures(sim: SimulatorThread, tmp_path: Path) -> None:
+    api = client_for(sim, tmp_path)
+    collector = NodeMetricsCollector(api, timeout=2)
+    wait_for(lambda: len(collector.collect() or {}) == 3, timeout=10, interval=0.2)
+    usage = collector.collect()
+    assert usage is not None and set(usage) == {"gpu-node-01", "gpu-node-02", "hot-node-01"}
+    assert usage["gpu-node-02"].cpu_cores == pytest.approx(0.35)  # idle: the simulated node's own daemons
+    sim.stop_http()
+    try:
+        assert collector.collect() is None and collector.errors["connection"] == 1
+    finally:
+        sim.start_http()
