@@ -1,7 +1,8 @@
 """Efficiency and recommendations: where requested resources go unused. Two views of waste — the
 watchdog's tally of finished runs (by queue, last 24 h) and, live, the requests of running pods minus
-what their containers use (by namespace, over the selected range) — then idle running jobs, the
-efficiency of finished runs, and the watchdog's request recommendations."""
+what their containers use (by namespace, over the selected range) — then idle running jobs, GPU nodes
+whose GPUs CPU-only pods hold hostage and nodes running hot, the efficiency of finished runs, and the
+watchdog's request recommendations."""
 
 from __future__ import annotations
 
@@ -133,6 +134,22 @@ def _gpu_idle() -> list[Panel]:
     ]
 
 
+def _nodes() -> list[Panel]:
+    stranded = "max by (node) (volcano_watchdog_node_stranded_gpus)"  # served by the leader only
+    alerts = "sum(max by (kind, severity, state) (volcano_watchdog_alerts{{kind={}}}))"
+    return [
+        stat_panel("Stranded GPUs now (watchdog)", "Free GPUs no GPU pod can use because pods requesting no GPU "
+                   "hold their node's CPU or memory (GpuStranded; all nodes).",
+                   [Query(f"sum({stranded})")], width=6, no_value="-", steps=((None, "green"), (1, "orange"))),
+        stat_panel("Hot nodes (watchdog)", "Unresolved NodeHot alerts: nodes whose used CPU or memory stayed above "
+                   "the threshold of their allocatable (all nodes).",
+                   [Query(alerts.format('"NodeHot"'))], width=6, steps=((None, "green"), (1, "orange"))),
+        timeseries_panel("Stranded GPUs by node (watchdog)", "GPUs held hostage per node over time: free, but the "
+                         "CPU or memory a GPU pod needs is taken by CPU-only pods (see the GpuStranded alert for the "
+                         "pods and their queues).", [Query(f"{stranded} > 0", "{{node}}")], stacked=True),
+    ]
+
+
 def _efficiency() -> list[Panel]:
     return [
         timeseries_panel("Median efficiency of finished runs by resource", "Used / requested resource-seconds, "
@@ -173,5 +190,6 @@ def build() -> Dashboard:
         [("Waste of finished runs (last 24 h)", _finished()),
          ("Waste of running pods (selected time range)", _live()),
          ("Idle jobs", _idle_jobs()),
+         ("GPUs held hostage and hot nodes", _nodes()),
          ("Job efficiency (finished runs, last 24 h)", _efficiency()),
          ("Recommendations", _recommendations())])

@@ -34,7 +34,9 @@ def demo_watchdog_config(webhook: str, api_url: str, prometheus: str | None) -> 
                     "prometheus": {"enabled": prometheus is not None, "url": prometheus or "http://127.0.0.1:9090",
                                    "interval_seconds": 15, "rate_window": "1m"}},
         "detectors": {"gang_unschedulable_seconds": 45, "partial_gang_seconds": 45, "queue_starved_seconds": 45,
-                      "idle_window_seconds": 90, "over_requested_min_seconds": 30},
+                      "idle_window_seconds": 90, "over_requested_min_seconds": 30,
+                      "gpu_stranded": {"window_seconds": 45},
+                      "node_hot": {"window_seconds": 45, "interval_seconds": 10}},
         "capability": {"enabled": True, "mode": "dry-run", "reconcile_interval_seconds": 30,
                        "policies": {"research-nlp": {"demand": {"window_seconds": 3600}}}},
         "notifications": {
@@ -71,7 +73,8 @@ def main(argv: list[str] | None = None) -> int:
                            f"127.0.0.1:{args.chat_port}",
                            ready_url=chat_url + "/messages")
         stack.start_python("volcano-sim", "volcano_monitor.simulator.cli", "--listen", f"127.0.0.1:{args.sim_port}",
-                           "--kubeconfig-out", str(kubeconfig), "--speed", args.speed, ready_url=sim_url + "/healthz")
+                           "--kubeconfig-out", str(kubeconfig), "--speed", args.speed, "--scenario", "demo",
+                           ready_url=sim_url + "/healthz")
         stack.start_python("volcano-exporter", "volcano_monitor.exporter.cli", "--kubeconfig", str(kubeconfig),
                            "--listen", f"127.0.0.1:{args.exporter_port}", ready_url=exporter_url + "/readyz")
         prometheus = url(args.prometheus_port)
@@ -103,7 +106,7 @@ def main(argv: list[str] | None = None) -> int:
         print(f"""
 volcano-monitor demo is running (logs and configs in {workdir}/). Ctrl-C stops everything.
 
-  simulated cluster   {sim_url}   (scenario 'default' at {args.speed}x)
+  simulated cluster   {sim_url}   (scenario 'demo' at {args.speed}x: 'default' plus a GPU node held hostage)
     kubectl --kubeconfig {kubeconfig} get vcjob,podgroup,queue -A
     curl -s {sim_url}/metrics | head            # cAdvisor/DCGM-style usage
 

@@ -430,6 +430,46 @@ GPU_IDLE_WORKLOADS = tuple(
         ("no-dcgm", IDLE_GPU, False, "a GPU no DCGM exporter reports: no GPU data, never idle"),
     )
 )
+# `node-pressure`: the node detectors. gpu-node-01's 4 GPUs are held hostage by a CPU-only ETL job that takes
+# 30 of its 32 cores (GpuStranded until the job completes); gpu-node-02 has nothing to run (no GpuStranded);
+# on hot-node-01 two pods request 12 of 16 cores but use 1.25x their request, no CPU limit (NodeHot).
+PRESSURE_NODES = (
+    NodeSpec("gpu-node-01", 32, 128, gpus=4, instance_type="kwok", system_reserved=False, gpu_taint=False),
+    NodeSpec("gpu-node-02", 32, 128, gpus=4, instance_type="kwok", system_reserved=False, gpu_taint=False),
+    NodeSpec("hot-node-01", 16, 64, instance_type="kwok", system_reserved=False),
+)
+HOT = UsageProfile(cpu=1.25, cpu_wobble=0.02, memory=0.5)  # uses more CPU than it requests (no limit)
+
+
+def _pinned(name: str, replicas: int, cpu: str, memory: str, node: str, runtime: float | None,
+            profile: UsageProfile) -> TaskSpec:
+    return TaskSpec(name, replicas, cpu=cpu, memory=memory, runtime=runtime, profile=profile,
+                    node_selector={"kubernetes.io/hostname": node})
+
+
+PRESSURE_WORKLOADS = (
+    _job("cpu-etl", "default", (_pinned("worker", 3, "10", "24Gi", "gpu-node-01", 200, LIGHT),),
+         "GpuStranded: 3 CPU-only pods take 30 of gpu-node-01's 32 cores, its 4 GPUs are unusable for 200 s"),
+    _job("hot-serve", "default", (_pinned("server", 1, "6", "8Gi", "hot-node-01", None, HOT),),
+         "NodeHot: requests 6 cores, uses 7.5", priority_class="high-priority"),
+    _job("hot-batch", "default", (_pinned("worker", 1, "6", "8Gi", "hot-node-01", None, HOT),),
+         "NodeHot: requests 6 cores, uses 7.5", priority_class="low-priority"),
+)
+
+
+# `demo` (what `make demo` plays): the default scenario plus one untainted GPU node that a CPU-only job fills
+# and runs hot, so GpuStranded and NodeHot fire too. Kept out of `default`, which most tests play: the extra
+# node changes the cluster's size (root queue's deserved, HyperNode counts). Named after the GPU nodes, it
+# is the last node first-fit tries: the default workloads' GPU pods all fit on gpu-node-01..03 before it.
+HOSTAGE_NODE = NodeSpec("gpu-node-04", 16, 64, gpus=4, instance_type="g5.4xlarge", zone="zone-b", gpu_taint=False)
+DEMO_WORKLOADS = (
+    Workload("cpu-crunch", "team-a", "default",
+             purpose="GpuStranded and NodeHot: a CPU-only job takes 14 of gpu-node-04's 15.5 cores (its 4 GPUs "
+                     "unusable) and uses 1.05x its request, no limit (the node ~97 % busy); 2 h, then again",
+             tasks=(_pinned("crunch", 1, "14", "16Gi", "gpu-node-04", 2 * HOUR,
+                            UsageProfile(cpu=1.05, cpu_wobble=0.02, memory=0.5)),),
+             priority_class="low-priority", pause=300),
+)
 
 
 def recorded_scenario(name: str) -> Scenario:
@@ -462,5 +502,11 @@ SCENARIOS: dict[str, Scenario] = {
                              OOM_WORKLOADS),
     "gpu-idle": Scenario("gpu-idle", "an idle-GPU job, a busy one and one without DCGM data on one GPU node",
                          ("default",), GPU_IDLE_NODES, (*RECORDED_QUEUES, QueueSpec("gpu")), GPU_IDLE_WORKLOADS),
+    "demo": Scenario("demo", "the default scenario plus a GPU node whose GPUs a CPU-only job holds hostage while "
+                             "running it hot (what `make demo` plays)", NAMESPACES, (*NODES, HOSTAGE_NODE), QUEUES,
+                     (*WORKLOADS, *DEMO_WORKLOADS)),
+    "node-pressure": Scenario("node-pressure", "GPUs held hostage by CPU-only pods on one GPU node, another GPU "
+                              "node idle, a CPU node running hot under overcommit", ("default",), PRESSURE_NODES,
+                              RECORDED_QUEUES, PRESSURE_WORKLOADS),
     **{f"recorded-{name}": recorded_scenario(name) for name in RECORDED_WORKLOADS},
 }

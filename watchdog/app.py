@@ -37,17 +37,21 @@ from volcano_monitor.watchdog.db.engine import describe_error, migrate
 from volcano_monitor.watchdog.detectors.failure import FailureDetector
 from volcano_monitor.watchdog.detectors.gang import GangDetector
 from volcano_monitor.watchdog.detectors.gpuidle import GpuIdleDetector
+from volcano_monitor.watchdog.detectors.hot import NodeHotDetector
 from volcano_monitor.watchdog.detectors.queue import QueueDetector
+from volcano_monitor.watchdog.detectors.stranded import GpuStrandedDetector
 from volcano_monitor.watchdog.detectors.waste import WasteDetector
 from volcano_monitor.watchdog.events import SchedulerNotes
 from volcano_monitor.watchdog.gpuidle.tracker import GpuIdleTracker
 from volcano_monitor.watchdog.leader import AlwaysLeader
 from volcano_monitor.watchdog.ledger import Ledger
+from volcano_monitor.watchdog.nodes import NodeTable
 from volcano_monitor.watchdog.notify.outbox import Outbox
 from volcano_monitor.watchdog.notify.sender import Leader, Notifier
 from volcano_monitor.watchdog.observe import Observer
 from volcano_monitor.watchdog.recommend import HistogramBook
 from volcano_monitor.watchdog.tasks import DetectorSet, Tasks, WorkerStats, retention_loop
+from volcano_monitor.watchdog.usage.node_metrics import NodeMetricsCollector
 from volcano_monitor.watchdog.usage.recorder import UsageRecorder
 from volcano_monitor.watchdog.writer import Intervals, Item, Writer
 
@@ -75,17 +79,29 @@ class Watchdog:
         # A finished run is judged once its last usage flush is surely in.
         # GPU idle seconds per job, from the Prometheus collector's DCGM rounds (a gap of 3 rounds adds nothing).
         self.gpu_idle = GpuIdleTracker(settings.gpu_idle, 3 * settings.sources.prometheus.interval_seconds)
+        # Node detectors: Node objects and node usage go straight into a locked table (watchdog.nodes).
+        self.nodes = NodeTable()
+        self.stranded = GpuStrandedDetector(found.gpu_stranded, self.nodes, self.index) \
+            if found.gpu_stranded.enabled else None
+        self.hot = NodeHotDetector(found.node_hot, self.nodes, self.index) if found.node_hot.enabled else None
+        self.node_metrics = NodeMetricsCollector(api) if self.hot is not None and api is not None \
+            and found.node_hot.source == "node_metrics" else None
+        self._node_informer: Informer[Any] | None = None
         self.detectors = DetectorSet(failures=FailureDetector(found), queues=queues,
                                      gangs=GangDetector(found, self.notes, blocked=queues.blocked),
                                      waste=WasteDetector(found, settle_seconds=4 * self.intervals.flush),
                                      gpu_idle=GpuIdleDetector(settings.gpu_idle, self.gpu_idle,
                                                               self.index.live_run_uids,
-                                                              synced=self.index_synced))
+                                                              synced=self.index_synced),
+                                     stranded=self.stranded, hot=self.hot, nodes=self.nodes,
+                                     nodes_known=self._nodes_known)
         self.alerts = AlertBook()
         self.observer = Observer(self.index, self.detectors.failures, self.detectors.gangs, queues, self.notes,
                                  self.recorder, self.histograms, clock,
                                  unstored_seconds=2 * settings.leader_election.lease_duration_seconds + 30)
         self.observer.sample_consumers.append(self._gpu_samples)
+        if self.hot is not None:  # which pods use a hot node (NodeHot)
+            self.observer.sample_consumers.append(lambda _, samples: self.nodes.add_samples(samples))
         self.leader: Leader = leader or AlwaysLeader().start()
         self.stats = WorkerStats()
         # Notifications: the writer puts alert changes into the outbox in the same transaction as the
@@ -101,6 +117,9 @@ class Watchdog:
         self.informers: list[Informer[Any]] = []
         if api is not None:
             self.informers = feeds.informers(api, settings, self.notes, self.writer.enqueue, informer_backoff)
+            if self.stranded is not None or self.hot is not None:
+                self._node_informer = feeds.node_informer(api, self.nodes.on_node, informer_backoff)
+                self.informers.append(self._node_informer)
         self.collectors, self._sources = feeds.usage_sources(settings, api)
 
     @property
@@ -124,6 +143,11 @@ class Watchdog:
             self._spawn(f"collector-{name}", functools.partial(
                 feeds.poll_usage, name, interval, source, self.collectors[name], leading=self.leader.is_leader,
                 enqueue=self.writer.enqueue, stop=stop, clock=self.clock))
+        if self.node_metrics is not None:
+            self._spawn("collector-node-metrics", functools.partial(
+                feeds.poll_node_metrics, self.node_metrics, self.nodes,
+                self.settings.detectors.node_hot.interval_seconds, leading=self.leader.is_leader, stop=stop,
+                clock=self.clock))
         for informer in self.informers:
             informer.start()
         return self
@@ -180,6 +204,10 @@ class Watchdog:
 
     def announce_capability(self, change: CapabilityChange) -> None:
         self.tasks.announce_capability(change)
+
+    def _nodes_known(self) -> bool:
+        """The Node informer and every other informer's first list are in: the node detectors may judge."""
+        return self._node_informer is not None and self._node_informer.synced.is_set() and self.index_synced()
 
     def _gpu_samples(self, source: str, samples: Any) -> None:
         if source == "prometheus":  # the source with DCGM data

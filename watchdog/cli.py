@@ -133,6 +133,7 @@ def run_watchdog(settings: Settings) -> int:
     from volcano_monitor.watchdog.capability.api import capability_router
     from volcano_monitor.watchdog.capability.controller import CapabilityController
     from volcano_monitor.watchdog.capability.metrics import render_capability_metrics
+    from volcano_monitor.watchdog.detectors.stranded import render_stranded_metrics
     from volcano_monitor.watchdog.gpuidle.abort import GpuIdleAborter
     from volcano_monitor.watchdog.gpuidle.api import gpu_idle_router
     from volcano_monitor.watchdog.gpuidle.metrics import render_gpu_idle_metrics
@@ -202,7 +203,8 @@ def run_watchdog(settings: Settings) -> int:
     def extra_metrics() -> str:
         return ((render_capability_metrics(capability) if capability else "")
                 + (render_oom_metrics(oom.count_snapshot) if oom else "")
-                + render_gpu_idle_metrics(watchdog.gpu_idle.snapshot(), aborter.counts(), dcgm_style()))
+                + render_gpu_idle_metrics(watchdog.gpu_idle.snapshot(), aborter.counts(), dcgm_style())
+                + render_stranded_metrics(watchdog.stranded))
 
     health = Health(watchdog.ready, collectors, leader=leader.is_leader, notifications=notifications,
                     extra_metrics=extra_metrics)

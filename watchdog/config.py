@@ -19,6 +19,7 @@ from pydantic import BaseModel, ConfigDict, Field, SecretStr, ValidationError, f
 from volcano_monitor.core.flags import host_port
 from volcano_monitor.watchdog.capability.settings import CapabilitySettings
 from volcano_monitor.watchdog.gpuidle.settings import GpuIdleSettings
+from volcano_monitor.watchdog.node_settings import GpuStrandedSettings, NodeHotSettings
 from volcano_monitor.watchdog.notify.settings import LeaderElection, Notifications, parse_duration
 from volcano_monitor.watchdog.oomscale.settings import OomScaleUpSettings
 from volcano_monitor.watchdog.report.cron import parse_cron
@@ -134,6 +135,8 @@ class Detectors(Section):
                     "ancestor) is at capability or the cluster (root queue's deserved) is full."
     )
     retrying_min_retries: int = Field(default=1, ge=1, description="JobRetrying from this many retries.")
+    gpu_stranded: GpuStrandedSettings = GpuStrandedSettings()
+    node_hot: NodeHotSettings = NodeHotSettings()
 
 
 class Recommendations(Section):

@@ -18,12 +18,14 @@ from kubernetes import client
 
 from volcano_monitor.core.backoff import Backoff
 from volcano_monitor.core.kube.informer import Informer
-from volcano_monitor.core.kube.resources import EVENTS, JOBS, PODGROUPS, PODS, QUEUES, ResourceKind
-from volcano_monitor.core.model import Pod, parse_job, parse_pod, parse_podgroup, parse_queue
+from volcano_monitor.core.kube.resources import EVENTS, JOBS, NODES, PODGROUPS, PODS, QUEUES, ResourceKind
+from volcano_monitor.core.model import Pod, parse_job, parse_node, parse_pod, parse_podgroup, parse_queue
 from volcano_monitor.core.podview import is_volcano_pod
 from volcano_monitor.watchdog.config import Settings
 from volcano_monitor.watchdog.events import SchedulerNotes, about_podgroup
+from volcano_monitor.watchdog.nodes import NodeTable
 from volcano_monitor.watchdog.usage.metrics_api import MetricsApiCollector
+from volcano_monitor.watchdog.usage.node_metrics import NodeMetricsCollector
 from volcano_monitor.watchdog.usage.prometheus import PrometheusCollector
 
 log = logging.getLogger(__name__)
@@ -62,6 +64,15 @@ def informers(api: client.ApiClient, settings: Settings, notes: SchedulerNotes, 
     return made
 
 
+def node_informer(api: client.ApiClient, on_node: Callable[[str, Any], None],
+                  backoff: tuple[float, float]) -> Informer[Any]:
+    """Nodes, for the node detectors (GpuStranded, NodeHot) only: straight into their locked table, not
+    through the writer's queue (nothing about a node is stored)."""
+    nodes: Informer[Any] = Informer(api, NODES, transform=parse_node, backoff=Backoff(*backoff))
+    nodes.add_handler(on_node)
+    return nodes
+
+
 def pod_view(workload_label: str | None, raw: Any) -> tuple[Pod, str]:
     """The Pod view, plus the value of the configured workload label (views keep no labels)."""
     value = ""
@@ -73,9 +84,10 @@ def pod_view(workload_label: str | None, raw: Any) -> tuple[Pod, str]:
 
 
 def essential_synced(running: list[Informer[Any]]) -> bool:
-    """Every informer but the Events one has synced. Events only refine GangUnschedulable's reason:
-    a cluster whose RBAC does not grant them yet must not keep the watchdog unready."""
-    essential = [i for i in running if i.kind is not EVENTS]
+    """Every informer but the Events and Nodes ones has synced. Events only refine GangUnschedulable's
+    reason, Nodes only feed the node detectors (which wait for them): a cluster whose RBAC does not grant
+    them yet must not keep the watchdog unready."""
+    essential = [i for i in running if i.kind is not EVENTS and i.kind is not NODES]
     return bool(essential) and all(i.synced.is_set() for i in essential)
 
 
@@ -119,3 +131,15 @@ def poll_usage(name: str, interval: float, source: UsageSource, stats: Collector
             stats.samples += len(samples)
             enqueue("samples", name, samples)
         stop.wait(max(0.0, interval - (time.monotonic() - started)))
+
+
+def poll_node_metrics(collector: NodeMetricsCollector, nodes: NodeTable, interval: float, *,
+                      leading: Callable[[], bool], stop: threading.Event, clock: Callable[[], float]) -> None:
+    """Poll NodeMetrics for NodeHot, on the leader (the only replica that checks). A failed poll keeps
+    the last values: NodeHot ignores them once stale."""
+    while not stop.is_set():
+        if leading():
+            usage = collector.collect()
+            if usage is not None:
+                nodes.set_usage(usage, clock())
+        stop.wait(interval)

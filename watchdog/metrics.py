@@ -125,12 +125,16 @@ DCGM_LABEL_STYLE = Family("volcano_watchdog_dcgm_label_style",
                           "(namespace/pod/container), exported (exported_namespace/exported_pod/exported_container), "
                           "or unknown (auto, and no DCGM series seen yet). Absent without the Prometheus source.",
                           ("style",))
+NODE_STRANDED_GPUS = Family("volcano_watchdog_node_stranded_gpus",
+                            "Free GPUs of a Ready, schedulable GPU node that no GPU pod of the configured shape can "
+                            "use because pods requesting no GPU hold its CPU or memory (GpuStranded); 0 for the "
+                            "other GPU nodes. Served by the leader, which runs the check.", ("node",))
 
 FAMILIES = (ALERTS, REC_CPU, REC_MEMORY, REC_CONFIDENCE, JOB_EFFICIENCY, WASTED_CORE, WASTED_MEMORY, WASTED_GPU,
             COLLECTOR_ENABLED, COLLECTOR_UP, COLLECTOR_LAST_SUCCESS, COLLECTOR_ERRORS, COLLECTOR_SAMPLES,
             DATABASE_UP, READY, BUILD_INFO, LEADER, NOTIFICATIONS, OUTBOX_PENDING, OUTBOX_OLDEST, DEAD_LETTERS,
             CAPABILITY_TARGET, CAPABILITY_UPDATES, OOM_RESUBMISSIONS, JOB_GPU_IDLE, JOB_GPU_STATE, GPU_IDLE_ABORTS,
-            DCGM_LABEL_STYLE)
+            DCGM_LABEL_STYLE, NODE_STRANDED_GPUS)
 
 
 def _section(family: Family, lines: list[str]) -> str:

@@ -29,9 +29,12 @@ from volcano_monitor.watchdog.detectors.base import Signal, fingerprint
 from volcano_monitor.watchdog.detectors.failure import FailureDetector
 from volcano_monitor.watchdog.detectors.gang import GangDetector
 from volcano_monitor.watchdog.detectors.gpuidle import GpuIdleDetector
+from volcano_monitor.watchdog.detectors.hot import NodeHotDetector
 from volcano_monitor.watchdog.detectors.queue import QueueDetector
+from volcano_monitor.watchdog.detectors.stranded import GpuStrandedDetector
 from volcano_monitor.watchdog.detectors.waste import WasteDetector
 from volcano_monitor.watchdog.ledger import Ledger, deleted_rows
+from volcano_monitor.watchdog.nodes import NodeTable
 from volcano_monitor.watchdog.notify.describe import alert_item
 from volcano_monitor.watchdog.notify.message import AlertItem, rfc3339
 from volcano_monitor.watchdog.notify.outbox import NOTICE_LABEL, Outbox, forget_delivered
@@ -62,6 +65,10 @@ class DetectorSet:
     queues: QueueDetector
     waste: WasteDetector
     gpu_idle: GpuIdleDetector
+    stranded: GpuStrandedDetector | None  # None when off
+    hot: NodeHotDetector | None
+    nodes: NodeTable  # what the node detectors read
+    nodes_known: Callable[[], bool]  # the Node informer and every pod list are in (see periodic)
 
 
 class Tasks:
@@ -92,6 +99,13 @@ class Tasks:
             tracker = found.gpu_idle.tracker
             tracker.forget(self.index.live_run_uids(), ts - tracker.max_gap_seconds - 600)
             self._round(GpuIdleDetector.KINDS, found.gpu_idle.check(session, now), session, now)
+            # Not before the nodes and every pod are known: an empty view would resolve open alerts.
+            known = found.nodes_known()
+            if found.stranded is not None and known:
+                self._round(GpuStrandedDetector.KINDS, found.stranded.check(session, now), session, now)
+            if found.hot is not None and known and (
+                    found.nodes.usage_at is not None or self.settings.detectors.node_hot.source == "pods"):
+                self._round(NodeHotDetector.KINDS, found.hot.check(ts), session, now)
         elif task == "waste":
             self._round(WasteDetector.KINDS, found.waste.check(session, now), session, now)
         elif task == "reconcile":  # after the first full sync: what was deleted while we were down

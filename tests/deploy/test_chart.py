@@ -85,7 +85,7 @@ WATCHDOG_RULES = (
     {("", r, v) for r in ("pods", "nodes") for v in READ}
     | {("batch.volcano.sh", "jobs", v) for v in READ}
     | {("scheduling.volcano.sh", r, v) for r in ("podgroups", "queues") for v in READ}
-    | {("metrics.k8s.io", "pods", "get"), ("metrics.k8s.io", "pods", "list")}
+    | {("metrics.k8s.io", r, v) for r in ("pods", "nodes") for v in ("get", "list")}
     | {("", "events", v) for v in (*READ, "create", "patch")}
 )
 # Only the capability controller writes Queues: granted when capability control is on.

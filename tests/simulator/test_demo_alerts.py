@@ -1,6 +1,7 @@
 """`make demo` shows what the watchdog is for within five minutes: every alert kind fires at least once
 (issue 13: in 23 minutes JobIdle and OverRequested never fired). The demo as a user starts it (its own
-configuration, the default scenario at 10x), with Prometheus and Alertmanager when installed."""
+configuration, the `demo` scenario — the default one plus a GPU node held hostage — at 10x), with
+Prometheus and Alertmanager when installed."""
 
 from __future__ import annotations
 
@@ -17,7 +18,8 @@ from tests.exporter.test_cli import free_port
 from volcano_monitor.watchdog.detectors import base
 
 KINDS = {base.JOB_FAILED, base.POD_REJECTED, base.POD_OOM_KILLED, base.JOB_RETRYING, base.RETRY_EXHAUSTED,
-         base.GANG_UNSCHEDULABLE, base.PARTIAL_GANG, base.JOB_IDLE, base.OVER_REQUESTED, base.QUEUE_STARVED}
+         base.GANG_UNSCHEDULABLE, base.PARTIAL_GANG, base.JOB_IDLE, base.OVER_REQUESTED, base.QUEUE_STARVED,
+         base.GPU_STRANDED, base.NODE_HOT}
 BUDGET_SECONDS = 300
 CHAT_BUDGET = 20  # one message per alert kind and a few capability notices, then updates every 5 minutes
 

@@ -17,9 +17,11 @@ from typing import Any
 
 __all__ = [
     "GANG_UNSCHEDULABLE",
+    "GPU_STRANDED",
     "JOB_FAILED",
     "JOB_IDLE",
     "JOB_RETRYING",
+    "NODE_HOT",
     "ONCE_PER_RUN_KINDS",
     "OVER_REQUESTED",
     "PARTIAL_GANG",
@@ -42,6 +44,8 @@ PARTIAL_GANG = "PartialGang"
 JOB_IDLE = "JobIdle"
 OVER_REQUESTED = "OverRequested"
 QUEUE_STARVED = "QueueStarved"
+GPU_STRANDED = "GpuStranded"  # periodic, per node: watchdog.detectors.stranded
+NODE_HOT = "NodeHot"  # periodic, per node: watchdog.detectors.hot
 
 SEVERITIES = ("critical", "warning", "info")
 

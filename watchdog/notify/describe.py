@@ -7,7 +7,15 @@ from collections.abc import Callable
 from typing import Any
 
 from volcano_monitor.watchdog.db.models import Alert
-from volcano_monitor.watchdog.detectors.base import JOB_FAILED, JOB_IDLE, OVER_REQUESTED, POD_OOM_KILLED, POD_REJECTED
+from volcano_monitor.watchdog.detectors.base import (
+    GPU_STRANDED,
+    JOB_FAILED,
+    JOB_IDLE,
+    NODE_HOT,
+    OVER_REQUESTED,
+    POD_OOM_KILLED,
+    POD_REJECTED,
+)
 from volcano_monitor.watchdog.notify.message import AlertItem, rfc3339
 from volcano_monitor.watchdog.recommend import Recommendation
 
@@ -41,6 +49,8 @@ def reasons(kind: str, subject: str, details: dict[str, Any]) -> tuple[str, ...]
                    + (f" (exit {exit_code})" if exit_code is not None else ""))
     elif kind == POD_REJECTED and details.get("reason"):
         out.append(f"{subject}: {details['reason']} on {details.get('node') or '?'}")
+    elif kind in (GPU_STRANDED, NODE_HOT):  # the pods on the node, as the detector lists them
+        out.extend(str(p["text"]) for p in details.get("pods") or () if isinstance(p, dict) and p.get("text"))
     if len(out) > MAX_REASONS:
         out = [*out[:MAX_REASONS], f"... and {len(out) - MAX_REASONS} more"]
     return tuple(out)

@@ -1,0 +1,74 @@
+"""Settings of the node detectors, GpuStranded and NodeHot (`detectors.gpu_stranded`, `detectors.node_hot`).
+
+Own base class rather than watchdog.config.Section: watchdog.config imports this module. Amounts are
+Kubernetes quantities (`"4"`, `"500m"`, `"16Gi"`), held in base units (cores, bytes).
+"""
+
+from __future__ import annotations
+
+from typing import Annotated, Any, Literal
+
+from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, model_validator
+
+from volcano_monitor.core.quantity import parse_quantity
+
+__all__ = ["GpuStrandedSettings", "NodeHotSettings"]
+
+
+def _positive_quantity(value: Any) -> float:
+    amount = parse_quantity(value)  # QuantityError is a ValueError: pydantic reports it under the key
+    if amount <= 0:
+        raise ValueError(f"quantity must be positive: {value!r}")
+    return amount
+
+
+PositiveQuantity = Annotated[float, BeforeValidator(_positive_quantity)]
+
+
+class _Section(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+
+class GpuStrandedSettings(_Section):
+    """GpuStranded: free GPUs on a node that no GPU pod of the cluster's typical shape can use, because pods
+    that request no GPU hold the node's CPU or memory. Reads the Node objects and the pods' requests."""
+
+    enabled: bool = Field(default=True, description="Watch GPU nodes for GPUs held hostage by CPU-only pods.")
+    cpu_per_gpu: PositiveQuantity = Field(
+        default=4.0, description="CPU one GPU of a typical GPU pod needs (a quantity: `4`, `3500m`).")
+    memory_per_gpu: PositiveQuantity = Field(
+        default=16.0 * 2**30, description="Memory one GPU of a typical GPU pod needs (a quantity: `16Gi`).")
+    window_seconds: float = Field(
+        default=1800, ge=0, description="GPUs stranded this long raise GpuStranded (pending until then).")
+    warning_gpu_hours: float = Field(
+        default=2, ge=0, description="Stranded GPU-hours of an episode from which its severity is warning "
+                                     "(info below).")
+    critical_gpu_hours: float = Field(
+        default=24, ge=0, description="Stranded GPU-hours of an episode from which its severity is critical.")
+    max_pods_listed: int = Field(default=10, ge=1, le=100, description="CPU-only pods named in one alert.")
+
+    @model_validator(mode="after")
+    def _ordered(self) -> GpuStrandedSettings:
+        if self.critical_gpu_hours < self.warning_gpu_hours:
+            raise ValueError(f"critical_gpu_hours ({self.critical_gpu_hours:g}) must not be below "
+                             f"warning_gpu_hours ({self.warning_gpu_hours:g})")
+        return self
+
+
+class NodeHotSettings(_Section):
+    """NodeHot: a node's used CPU or memory above a share of its allocatable for a window: CPU overcommit makes
+    nodes run hot while requests look fine."""
+
+    enabled: bool = Field(default=True, description="Watch nodes running hot.")
+    source: Literal["node_metrics", "pods"] = Field(
+        default="node_metrics",
+        description="Node usage from `node_metrics` (metrics.k8s.io NodeMetrics, the whole node, polled by the "
+                    "leader) or `pods` (the sum of the latest usage samples of the Volcano pods on the node, from "
+                    "the configured usage sources: for clusters without metrics-server).")
+    threshold: float = Field(default=0.9, gt=0, le=2,
+                             description="Used / allocatable (CPU or memory) above which a node is hot.")
+    window_seconds: float = Field(default=600, ge=0, description="A node hot this long raises NodeHot.")
+    interval_seconds: float = Field(
+        default=30, gt=0, description="Seconds between NodeMetrics polls; usage older than 3 of them (+1 min) is "
+                                      "not judged, whatever the source.")
+    max_pods_listed: int = Field(default=10, ge=1, le=100, description="Pods listed in one alert.")
