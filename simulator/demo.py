@@ -37,6 +37,8 @@ def demo_watchdog_config(webhook: str, api_url: str, prometheus: str | None) -> 
                       "idle_window_seconds": 90, "over_requested_min_seconds": 30,
                       "gpu_stranded": {"window_seconds": 45},
                       "node_hot": {"window_seconds": 45, "interval_seconds": 10}},
+        # GpuIdle for bert-finetune's idle GPUs, GpuNoData for render-farm's unreported one (Prometheus only).
+        "gpu_idle": {"no_data_seconds": 60, "default": {"gpu_idle_limit_seconds": 60}},
         "capability": {"enabled": True, "mode": "dry-run", "reconcile_interval_seconds": 30,
                        "policies": {"research-nlp": {"demand": {"window_seconds": 3600}}}},
         "notifications": {

@@ -469,6 +469,12 @@ DEMO_WORKLOADS = (
              tasks=(_pinned("crunch", 1, "14", "16Gi", "gpu-node-04", 2 * HOUR,
                             UsageProfile(cpu=1.05, cpu_wobble=0.02, memory=0.5)),),
              priority_class="low-priority", pause=300),
+    Workload("render-farm", "team-b", "default",
+             purpose="GpuNoData: a 1-GPU job on a node without a DCGM exporter (no DCGM_FI_DEV_GPU_UTIL series: "
+                     "never counted idle); busy CPU, 1 h, then again",
+             tasks=(TaskSpec("render", 1, cpu="2", memory="8Gi", gpus=1, runtime=HOUR, profile=TRAINING,
+                             dcgm=False, image="registry.example.com/vfx/render:2.3", command=("render",)),),
+             pause=300),
 )
 
 

@@ -58,6 +58,11 @@ class WorkerStats:
     takeovers: int = 0  # times this replica became the leader and took over the writes
 
 
+# Every kind of alert the watchdog raises (the demo must show each within five minutes).
+ALERT_KINDS = (FailureDetector.KINDS | GangDetector.KINDS | QueueDetector.KINDS | WasteDetector.KINDS
+               | GpuIdleDetector.KINDS | GpuStrandedDetector.KINDS | NodeHotDetector.KINDS)
+
+
 @dataclass
 class DetectorSet:
     failures: FailureDetector

@@ -15,11 +15,9 @@ import urllib.request
 from pathlib import Path
 
 from tests.exporter.test_cli import free_port
-from volcano_monitor.watchdog.detectors import base
+from volcano_monitor.watchdog.tasks import ALERT_KINDS
 
-KINDS = {base.JOB_FAILED, base.POD_REJECTED, base.POD_OOM_KILLED, base.JOB_RETRYING, base.RETRY_EXHAUSTED,
-         base.GANG_UNSCHEDULABLE, base.PARTIAL_GANG, base.JOB_IDLE, base.OVER_REQUESTED, base.QUEUE_STARVED,
-         base.GPU_STRANDED, base.NODE_HOT}
+KINDS = set(ALERT_KINDS)
 BUDGET_SECONDS = 300
 CHAT_BUDGET = 20  # one message per alert kind and a few capability notices, then updates every 5 minutes
 
