@@ -20,6 +20,7 @@ from exporter.flags import host_port
 from watchdog.capability.settings import CapabilitySettings
 from watchdog.notify.settings import LeaderElection, Notifications, parse_duration
 from watchdog.report.cron import parse_cron
+from watchdog.usage.backfill_settings import PrometheusBackfill
 
 ENV_PREFIX = "VOLCANO_WATCHDOG_"
 CLI_ONLY_ENV = {"VOLCANO_WATCHDOG_CONFIG", "VOLCANO_WATCHDOG_LOG_LEVEL"}
@@ -53,6 +54,7 @@ class PrometheusSource(Section):
     rate_window: str = Field(default="5m", pattern=r"^[0-9]+[smhd]$", description="Range for rate() over CPU counters.")
     gpu: bool = Field(default=True, description="Query DCGM_FI_DEV_GPU_UTIL for GPU utilisation.")
     bearer_token: SecretStr | None = Field(default=None, description="Bearer token for Prometheus, if it needs one.")
+    backfill: PrometheusBackfill = PrometheusBackfill()
 
 
 class Sources(Section):
