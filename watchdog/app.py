@@ -57,6 +57,7 @@ from watchdog.notify.sender import Leader, Notifier
 from watchdog.observe import LEDGER_JOB, LEDGER_PODGROUP, SIGNALS, Observer, Write
 from watchdog.recommend import HistogramBook, Recommendation
 from watchdog.retention import run_retention
+from watchdog.usage.backfill import BackfillBatch, Backfiller, live_workloads
 from watchdog.usage.metrics_api import MetricsApiCollector
 from watchdog.usage.prometheus import PrometheusCollector
 from watchdog.usage.recorder import UsageRecorder
@@ -64,6 +65,7 @@ from watchdog.usage.recorder import UsageRecorder
 log = logging.getLogger(__name__)
 
 QUEUE_LIMIT = 200_000
+BACKFILL = "backfill"  # a Write: history read from Prometheus, merged into the histograms (watchdog.usage.backfill)
 UsageSource = MetricsApiCollector | PrometheusCollector
 BATCH = 2_000
 
@@ -163,6 +165,8 @@ class Watchdog:
         if prom.enabled:
             prometheus = PrometheusCollector(prom, settings.namespaces)
             self._sources.append(("prometheus", prom.interval_seconds, prometheus))
+        self.backfiller = Backfiller(prom, settings.recommendations, engine, self.histograms, clock=clock) \
+            if prom.backfill.enabled else None
 
     # ---- wiring -----------------------------------------------------------------------------------------
 
@@ -210,6 +214,8 @@ class Watchdog:
         self.notifier.start()
         for name, interval, source in self._sources:
             self._spawn(f"collector-{name}", functools.partial(self._collector, name, interval, source))
+        if self.backfiller is not None:
+            self._spawn("watchdog-backfill", self._backfill)
         for informer in self.informers:
             informer.start()
         return self
@@ -269,6 +275,24 @@ class Watchdog:
                 stats.samples += len(samples)
                 self.enqueue("samples", name, samples)
             self._stop.wait(max(0.0, interval - (time.monotonic() - started)))
+
+    def _backfill(self) -> None:
+        """Back-fill usage history from Prometheus (leader only): a pass once the worker leads and has
+        seen the informers' first lists, then every `interval_seconds` for workloads that appeared since."""
+        assert self.backfiller is not None
+        interval = self.settings.sources.prometheus.backfill.interval_seconds
+        while not self._stop.is_set():
+            if not (self._leading and self.leader.is_leader() and (self.index_synced() or not self.informers)):
+                self._stop.wait(1.0)
+                continue
+            try:
+                self.backfiller.run_once(live_workloads(self.index), functools.partial(self.enqueue, BACKFILL, ""),
+                                         self._stop)
+            except SQLAlchemyError as exc:
+                log.error("back-fill pass failed (%s); trying again in %gs", describe_error(exc), interval)
+            except Exception:  # a bug must not end the back-fill for the life of the process
+                log.exception("back-fill pass failed; trying again in %gs", interval)
+            self._stop.wait(interval)
 
     # ---- worker -------------------------------------------------------------------------------------------
 
@@ -350,7 +374,8 @@ class Watchdog:
         writes: list[Write] = []
         for what, event_type, obj in batch:
             self.stats.events[what] += 1
-            writes += self.observer.observe(what, event_type, obj)
+            writes += [Write(BACKFILL, event_type, obj)] if what == BACKFILL else \
+                self.observer.observe(what, event_type, obj)
         if self._store_retrying(writes, periodic):
             return
         log.error("database write failed (%s); storing the batch item by item", self.stats.last_db_error)
@@ -379,6 +404,8 @@ class Watchdog:
                 takeover = self._take_over_pending
                 self._enqueued = False
                 self._transaction((self.observer.takeover_writes() if takeover else []) + writes, periodic)
+                if self.backfiller is not None:
+                    self.backfiller.committed(w.obj for w in writes if w.kind == BACKFILL)
                 if takeover:
                     self._took_over()
                 self.stats.batches += 1
@@ -435,6 +462,8 @@ class Watchdog:
             self.ledger.on_podgroup(write.event_type, write.obj, session, now)
         elif write.kind == SIGNALS:
             self._record(self.alerts.apply(write.obj, session, now), session, now)
+        elif write.kind == BACKFILL and self.backfiller is not None and isinstance(write.obj, BackfillBatch):
+            self.backfiller.store(write.obj, session, now)
 
     def _refresh_book(self) -> None:
         """After a rollback the book is ahead of the database (its transitions never happened): read it
@@ -446,6 +475,8 @@ class Watchdog:
 
     def _rolled_back(self, exc: SQLAlchemyError) -> None:
         self.histograms.flush_failed()  # what flush() handed over was rolled back
+        if self.backfiller is not None:
+            self.backfiller.rolled_back()  # a merge in that transaction: the book as before it
         self.stats.db_errors += 1
         self.stats.last_db_error = describe_error(exc)
         self._book_stale = True  # reloaded before the next attempt (the database may still be down now)
