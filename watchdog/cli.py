@@ -171,7 +171,8 @@ def run_watchdog(settings: Settings) -> int:
         return counts
 
     health = Health(watchdog.ready, collectors, leader=leader.is_leader, notifications=notifications,
-                    extra_metrics=(lambda: render_capability_metrics(capability)) if capability else str)
+                    extra_metrics=lambda: (render_capability_metrics(capability) if capability else "")
+                    + (watchdog.backfiller.render_metrics() if watchdog.backfiller else ""))
     digests = DigestScheduler(settings.reports, engine, leader, settings.notifications.api_url,
                               wake=watchdog.notifier.wake,
                               identity=settings.leader_election.identity or socket.gethostname())

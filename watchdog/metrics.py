@@ -102,11 +102,20 @@ CAPABILITY_TARGET = Family("volcano_watchdog_queue_capability_target",
 CAPABILITY_UPDATES = Family("volcano_watchdog_queue_capability_updates_total",
                             "Capability plans by outcome: applied, dry_run, unchanged, held (guardrail), conflict "
                             "(409, retried), failed.", ("queue", "outcome"), COUNTER)
+BACKFILL_WORKLOADS = Family("volcano_watchdog_backfill_workloads_total",
+                            "Workloads whose recommendation history this replica back-filled from Prometheus "
+                            "(sources.prometheus.backfill; recorded, never twice).", (), COUNTER)
+BACKFILL_SAMPLES = Family("volcano_watchdog_backfill_samples_total",
+                          "Usage samples (one-a-minute equivalents) the back-fill added to the histograms.", (),
+                          COUNTER)
+BACKFILL_ERRORS = Family("volcano_watchdog_backfill_query_errors_total",
+                         "Back-fill queries Prometheus did not answer usefully, by cause (connection, http_<code>, "
+                         "query, decode); the next pass tries those workloads again.", ("cause",), COUNTER)
 
 FAMILIES = (ALERTS, REC_CPU, REC_MEMORY, REC_CONFIDENCE, JOB_EFFICIENCY, WASTED_CORE, WASTED_MEMORY, WASTED_GPU,
             COLLECTOR_ENABLED, COLLECTOR_UP, COLLECTOR_LAST_SUCCESS, COLLECTOR_ERRORS, COLLECTOR_SAMPLES,
             DATABASE_UP, READY, BUILD_INFO, LEADER, NOTIFICATIONS, OUTBOX_PENDING, OUTBOX_OLDEST, DEAD_LETTERS,
-            CAPABILITY_TARGET, CAPABILITY_UPDATES)
+            CAPABILITY_TARGET, CAPABILITY_UPDATES, BACKFILL_WORKLOADS, BACKFILL_SAMPLES, BACKFILL_ERRORS)
 
 
 def _section(family: Family, lines: list[str]) -> str:

@@ -30,7 +30,7 @@ def create_blocks(openmetrics: Path, data_dir: Path) -> None:
 class PrometheusServer:
     """`/usr/bin/prometheus` on `data_dir`, listening on a free local port."""
 
-    def __init__(self, data_dir: Path, workdir: Path) -> None:
+    def __init__(self, data_dir: Path, workdir: Path, extra_args: tuple[str, ...] = ()) -> None:
         with socket.socket() as sock:
             sock.bind(("127.0.0.1", 0))
             self.port = int(sock.getsockname()[1])
@@ -42,7 +42,7 @@ class PrometheusServer:
         self.process = subprocess.Popen(
             [_binary("prometheus"), f"--config.file={config}", f"--storage.tsdb.path={data_dir}",
              f"--web.listen-address=127.0.0.1:{self.port}", "--storage.tsdb.retention.time=90d",
-             "--query.max-samples=200000000", "--log.level=warn"],
+             "--query.max-samples=200000000", "--log.level=warn", *extra_args],
             stdout=self._log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL)
 
     def wait_ready(self, timeout: float = 60.0) -> PrometheusServer:

@@ -183,6 +183,10 @@ def test_backfill_recommendations_equal_the_live_feed_and_happen_once(
         assert 3 <= queries <= 12, queries
         wait_for(lambda: backfiller.passes >= passes + 3, timeout=30)
         assert backfiller.queries == queries and recorded() == 2  # later passes find them recorded
+        metrics = backfiller.render_metrics()
+        assert "volcano_watchdog_backfill_workloads_total 2\n" in metrics
+        assert f"volcano_watchdog_backfill_samples_total {backfiller.samples_added}\n" in metrics
+        assert backfiller.samples_added > 0 and not backfiller.errors
     finally:
         watchdog.stop()
     with Session(engine) as session:
@@ -203,6 +207,7 @@ def test_backfill_recommendations_equal_the_live_feed_and_happen_once(
             assert abs(a - b) <= 0.05 * a, f"{key} {name}: live {a}, back-filled {b}"
         assert got.samples == want.samples, key
     assert backfilled[("team-a", "train", "worker", "main")].confidence == 1.0  # confident on day one
+    assert sum(row.samples for row in rows) == backfiller.samples_added
     assert {(row.namespace, row.workload): row.samples for row in rows} == {
         ("team-a", "train"): sum(backfilled[k].samples for k in expected_keys if k[1] == "train"),
         ("team-b", "etl.v2"): backfilled[("team-b", "etl.v2", "extract", "app")].samples}

@@ -46,6 +46,7 @@ from sqlalchemy.orm import Session
 from watchdog.cluster import ClusterIndex
 from watchdog.config import PrometheusSource, Recommendations
 from watchdog.db.models import WorkloadBackfill, WorkloadHistogram
+from watchdog.metrics import BACKFILL_ERRORS, BACKFILL_SAMPLES, BACKFILL_WORKLOADS
 from watchdog.recommend import HistogramBook, history_days
 from watchdog.usage.backfill_queries import (
     Attributor,
@@ -308,6 +309,13 @@ class Backfiller:
         for before in reversed(self._undo):
             self.book.restore(before)
         self._undo.clear()
+
+    def render_metrics(self) -> str:
+        """The back-fill's families for the watchdog's /metrics (counters of this replica)."""
+        errors = [BACKFILL_ERRORS.line((cause,), n) for cause, n in sorted(self.errors.items())]
+        return (BACKFILL_WORKLOADS.header + BACKFILL_WORKLOADS.line((), self.workloads_done)
+                + BACKFILL_SAMPLES.header + BACKFILL_SAMPLES.line((), self.samples_added)
+                + BACKFILL_ERRORS.header + "".join(errors))
 
     # ---- the thread ---------------------------------------------------------------------------------
 
