@@ -20,12 +20,15 @@ from sqlalchemy.orm import Session
 
 from exporter.kube.informer import ADDED
 from exporter.model import parse_pod
-from tests.simtools import wait_for
+from simulator.runtime import SimulatorThread
+from tests.simtools import client_for, wait_for
 from tests.watchdog.promhistory import PrometheusServer, create_blocks
 from watchdog.app import Intervals, Watchdog
 from watchdog.config import Recommendations, Settings, load
 from watchdog.db.engine import make_engine, migrate
 from watchdog.db.models import WorkloadBackfill, WorkloadHistogram
+from watchdog.leader import LeaderElector
+from watchdog.notify.settings import LeaderElection
 from watchdog.recommend import HistogramBook, compute_recommendations
 from watchdog.usage.backfill import BackfillBatch, Backfiller
 from watchdog.usage.backfill_queries import Attributor, Workload, batch_selector, cpu_range_query, pod_pattern
@@ -147,8 +150,8 @@ def settings_for(database_url: str, prometheus_url: str) -> Settings:
                        "backfill": {"enabled": True, "min_history_days": 90, "interval_seconds": 0.5}}})
 
 
-def start_watchdog(settings: Settings, engine: Engine) -> Watchdog:
-    watchdog = Watchdog(settings, engine, None, Intervals(checks=0.5, waste=5, flush=0.5)).start()
+def start_watchdog(settings: Settings, engine: Engine, leader: LeaderElector | None = None) -> Watchdog:
+    watchdog = Watchdog(settings, engine, None, Intervals(checks=0.5, waste=5, flush=0.5), leader=leader).start()
     for namespace, pod, job, task in (("team-a", "train-20240509-0600-worker-0", "train-20240509-0600", "worker"),
                                       ("team-b", "etl.v2-zzzzz-extract-0", "etl.v2-zzzzz", "extract")):
         watchdog.enqueue("pods", ADDED, (parse_pod(raw_pod(namespace, pod, job, task)), ""))
@@ -305,3 +308,43 @@ def test_merging_older_history_equals_feeding_it_first(live_hours: int) -> None:
     else:  # the live side's first interval is closed (peak not kept): it stands for that interval alone
         assert abs(got.memory_target_bytes - want.memory_target_bytes) <= 0.05 * want.memory_target_bytes
         assert in_whole_scale == pytest.approx(whole_memory.total_weight(), rel=1e-9)  # one peak per interval
+
+
+def test_two_replicas_back_fill_once_and_the_next_leader_adds_nothing(
+        history: tuple[str, list[Run]], database_url: str, tmp_path: Path) -> None:
+    url, _ = history
+    settings = settings_for(database_url, url)
+    sim = SimulatorThread(auto_tick=False, bookmark_interval=1.0).start()
+    replicas = []
+    try:
+        for name in ("wd-a", "wd-b"):
+            elector = LeaderElector(client_for(sim, tmp_path / name), LeaderElection(
+                enabled=True, identity=name, lease_duration_seconds=2.0, renew_interval_seconds=0.2))
+            engine = make_engine(database_url)
+            replicas.append((elector, engine, start_watchdog(settings, engine, leader=elector)))
+        for elector, _, _ in replicas:
+            elector.start()
+        engine = replicas[0][1]
+
+        def recorded() -> int:
+            with Session(engine) as session:
+                return int(session.scalar(select(func.count()).select_from(WorkloadBackfill)) or 0)
+
+        wait_for(lambda: recorded() == 2, timeout=120)
+        (leader, _, leading), = [r for r in replicas if r[0].is_leader()]
+        (_, _, following), = [r for r in replicas if r[2] is not leading]
+        assert leading.backfiller is not None and following.backfiller is not None
+        assert following.backfiller.queries == 0 and following.backfiller.passes == 0  # followers never read
+        leading.stop()
+        leader.stop(release=True)
+        before = stored_samples(engine)
+        assert sum(before.values()) == leading.backfiller.samples_added > 0
+        wait_for(lambda: following.backfiller is not None and following.backfiller.passes >= 3, timeout=30)
+        assert following.backfiller.queries == 0 and following.backfiller.workloads_done == 0
+        assert recorded() == 2 and stored_samples(engine) == before
+    finally:
+        for elector, engine, watchdog in replicas:
+            watchdog.stop()
+            elector.stop(release=True)
+            engine.dispose()
+        sim.stop()
