@@ -13,7 +13,9 @@ MAX_POINTS_PER_SERIES = 11_000  # Prometheus refuses range queries with more poi
 class PrometheusBackfill(BaseModel):
     """History for recommendations from Prometheus range queries, once per workload, for workloads whose stored
     history is shorter than `min_history_days` (a new install, a new workload): leader only, recorded in
-    `workload_backfills` so a restart or another replica never adds the same samples twice."""
+    `workload_backfills` so a restart or another replica never adds the same samples twice. Reads the Prometheus of
+    `sources.prometheus` (url, bearer_token, timeout_seconds, rate_window), whether or not its live collection
+    (`sources.prometheus.enabled`) is on."""
 
     model_config = ConfigDict(extra="forbid")
 
