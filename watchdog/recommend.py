@@ -290,6 +290,30 @@ class HistogramBook:
         entry.last = ts if entry.last is None else max(entry.last, ts)
         self._dirty.add(key)
 
+    def add_usage_series(self, namespace: str, workload: str, task: str, container: str,
+                         rows: list[tuple[float, float, float]], *, count: int = 1) -> int:
+        """`add_usage` for many (ts, cores, bytes) samples of one container in time order (a back-fill's
+        points): the same histogram operations, with the per-sample checks done in one pass. Samples with a
+        bad timestamp or value are skipped (counted); returns how many were added."""
+        inf = math.inf
+        good = [row for row in rows if 0.0 <= row[0] < MAX_TIMESTAMP and 0.0 <= row[1] < inf and 0.0 <= row[2] < inf]
+        if len(good) < len(rows):
+            self.skipped["bad_backfill_sample"] += len(rows) - len(good)
+        key = (namespace, workload, task, container)
+        entry = self._entry(key, good[0][0]) if good and count >= 1 else None
+        if entry is None:
+            return 0
+        add_cpu, add_peak, weight = entry.cpu.add, self._add_peak, float(count)
+        for ts, cores, memory in good:
+            add_cpu(cores, weight, ts)
+            add_peak(key, entry, memory, ts)
+        entry.samples += count * len(good)
+        first, last = min(row[0] for row in good), max(row[0] for row in good)
+        entry.first = first if entry.first is None else min(entry.first, first)
+        entry.last = last if entry.last is None else max(entry.last, last)
+        self._dirty.add(key)
+        return len(good)
+
     def add_oom(self, namespace: str, workload: str, task: str, container: str, ts: float,
                 memory_bytes: float) -> None:
         """An OOM kill with the memory at the kill (or the request/limit when that is all we know)."""

@@ -348,3 +348,20 @@ def test_two_replicas_back_fill_once_and_the_next_leader_adds_nothing(
             elector.stop(release=True)
             engine.dispose()
         sim.stop()
+
+
+def test_a_series_of_samples_lands_as_sample_by_sample() -> None:
+    settings = Recommendations()
+    rng = random.Random(7)
+    rows = [(1_700_000_000.0 + 300 * i, rng.lognormvariate(0, 0.5), 2**30 * (1 + rng.random())) for i in range(3000)]
+    one_by_one, series = HistogramBook(settings), HistogramBook(settings)
+    for ts, cpu, memory in rows:
+        one_by_one.add_usage("ns", "w", "t", "c", ts, cpu, memory, count=5)
+    bad = [(math.nan, 1.0, 1.0), (1.0, -1.0, 1.0), (2.0, 1.0, math.inf)]
+    assert series.add_usage_series("ns", "w", "t", "c", rows + bad, count=5) == len(rows)
+    assert series.skipped["bad_backfill_sample"] == 3
+    now = datetime.fromtimestamp(rows[-1][0], UTC)
+    assert series.recommendation("ns", "w", "t", "c", now) == one_by_one.recommendation("ns", "w", "t", "c", now)
+    key = ("ns", "w", "t", "c")
+    assert series._entries[key].memory.to_dict() == one_by_one._entries[key].memory.to_dict()
+    assert series._entries[key].cpu.to_dict() == one_by_one._entries[key].cpu.to_dict()

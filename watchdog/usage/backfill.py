@@ -11,9 +11,10 @@ How, per batch of `batch_workloads` workloads (found among the live pods, watchd
   and sample count, `HistogramBook.add_usage(count=...)`), the interval's peak goes with it.
 - Both select the batch's pods by one pod-name regex (watchdog.usage.backfill_queries), never one
   query per pod; label values are escaped.
-The points go, per container and in time order, through the same `HistogramBook.add_usage` the live
-path calls, into a book of the batch's own (built on the back-fill thread); only history older than
-each container's first live sample is read. The worker then merges that book under the live one
+The points go, per container and in time order, through what `HistogramBook.add_usage` does for the
+live path (`add_usage_series`: the same histogram operations, checked in one pass), into a book of
+the batch's own (built on the back-fill thread); only history older than each container's first live
+sample is read. The worker then merges that book under the live one
 (`HistogramBook.merge_older`), flushes the histograms and records the workloads in
 `workload_backfills`, all in one transaction.
 
@@ -172,12 +173,12 @@ class Backfiller:
         return self._query("query_range", {"query": promql, "start": f"{start:.3f}", "end": f"{end:.3f}",
                                            "step": f"{step:.3f}"})
 
-    def _memory_peaks(self, selector: str, start: float, end: float) -> dict[tuple[Series, int], float]:
+    def _memory_peaks(self, selector: str, start: float, end: float) -> dict[tuple[Series, float], float]:
         """Peak working set per container and memory interval (index k: [k I, (k+1) I)) over (start, end]."""
         interval = self.interval
         first, last = math.floor(start / interval), math.floor(end / interval)
         full = [(k + 1) * interval for k in range(first, last + 1) if (k + 1) * interval <= end]
-        peaks: dict[tuple[Series, int], float] = {}
+        peaks: dict[tuple[Series, float], float] = {}
 
         def keep(result: list[dict[str, Any]]) -> None:
             for series in result:
@@ -185,7 +186,7 @@ class Backfiller:
                 if found is None:
                     continue
                 for ts, value in found[1]:
-                    slot = (found[0], math.floor(ts / interval))
+                    slot = (found[0], ts // interval)
                     if value > peaks.get(slot, -1.0):
                         peaks[slot] = value
 
@@ -228,18 +229,17 @@ class Backfiller:
                 if key not in first_live:
                     live = self.book.first_sample_ts(key)
                     first_live[key] = math.inf if live is None else live
-                cut = first_live[key]
+                cut, where, interval = first_live[key], found[0], self.interval
                 into = points.setdefault(key, [])
                 for ts, cores in values:
-                    memory = peaks.get((found[0], math.floor(ts / self.interval)))
+                    memory = peaks.get((where, ts // interval))
                     if memory is not None and ts < cut:
                         into.append((ts, cores, memory))
             for key, rows in points.items():  # in time order per container, as the live path feeds them
                 rows.sort()
-                for ts, cores, memory in rows:
-                    batch.book.add_usage(*key, ts, cores, memory, count=count)
-                if rows:
-                    batch.samples[key[:2]] += count * len(rows)
+                added = batch.book.add_usage_series(*key, rows, count=count)
+                if added:
+                    batch.samples[key[:2]] += count * added
                     keys_seen.add(key)
             t = chunk_end + step
         for key in keys_seen:
