@@ -232,6 +232,8 @@ class Watchdog:
         for thread in self._threads:
             thread.join(10)
         self.notifier.stop()
+        if self.backfiller is not None:
+            self.backfiller.close()
         if not self._leading:
             return  # a follower holds nothing to store
         try:  # what the worker holds in memory (the open usage bucket, histogram changes)
