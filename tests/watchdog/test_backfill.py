@@ -6,6 +6,8 @@ from __future__ import annotations
 
 import math
 import random
+import socket
+import threading
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -24,7 +26,7 @@ from simulator.runtime import SimulatorThread
 from tests.simtools import client_for, wait_for
 from tests.watchdog.promhistory import PrometheusServer, create_blocks
 from watchdog.app import Intervals, Watchdog
-from watchdog.config import Recommendations, Settings, load
+from watchdog.config import ConfigError, Recommendations, Settings, load
 from watchdog.db.engine import make_engine, migrate
 from watchdog.db.models import WorkloadBackfill, WorkloadHistogram
 from watchdog.leader import LeaderElector
@@ -365,3 +367,27 @@ def test_a_series_of_samples_lands_as_sample_by_sample() -> None:
     key = ("ns", "w", "t", "c")
     assert series._entries[key].memory.to_dict() == one_by_one._entries[key].memory.to_dict()
     assert series._entries[key].cpu.to_dict() == one_by_one._entries[key].cpu.to_dict()
+
+
+def test_prometheus_down_is_counted_and_nothing_is_recorded(database_url: str) -> None:
+    with socket.socket() as sock:  # a port nobody listens on
+        sock.bind(("127.0.0.1", 0))
+        port = sock.getsockname()[1]
+    settings = settings_for(database_url, f"http://127.0.0.1:{port}")
+    engine = make_engine(database_url)
+    migrate(engine)
+    backfiller = Backfiller(settings.sources.prometheus, settings.recommendations, engine,
+                            HistogramBook(settings.recommendations))
+    handed: list[BackfillBatch] = []
+    assert backfiller.run_once([Workload("ns", "w", ("t",))], handed.append, threading.Event()) == 0
+    assert handed == [] and backfiller.errors == {"connection": 1} and backfiller.passes == 1
+    assert 'volcano_watchdog_backfill_query_errors_total{cause="connection"} 1\n' in backfiller.render_metrics()
+    with Session(engine) as session:  # nothing recorded: the next pass tries the workload again
+        assert session.scalar(select(func.count()).select_from(WorkloadBackfill)) == 0
+    engine.dispose()
+
+
+def test_chunks_beyond_what_prometheus_answers_are_a_config_error() -> None:
+    with pytest.raises(ConfigError, match=r"sources\.prometheus\.backfill: .*chunk_hours \(720\) / step_seconds "
+                                          r"\(60\) gives 43200 points per series; Prometheus allows 11000"):
+        load(None, environ={}, sources={"prometheus": {"backfill": {"chunk_hours": 720, "step_seconds": 60}}})
