@@ -48,9 +48,10 @@ from volcano_monitor.watchdog.ledger import Ledger
 from volcano_monitor.watchdog.nodes import NodeTable
 from volcano_monitor.watchdog.notify.outbox import Outbox
 from volcano_monitor.watchdog.notify.sender import Leader, Notifier
-from volcano_monitor.watchdog.observe import Observer
+from volcano_monitor.watchdog.observe import BACKFILL, Observer
 from volcano_monitor.watchdog.recommend import HistogramBook
-from volcano_monitor.watchdog.tasks import DetectorSet, Tasks, WorkerStats, retention_loop
+from volcano_monitor.watchdog.tasks import DetectorSet, Tasks, WorkerStats, backfill_loop, retention_loop
+from volcano_monitor.watchdog.usage.backfill import Backfiller, live_workloads
 from volcano_monitor.watchdog.usage.node_metrics import NodeMetricsCollector
 from volcano_monitor.watchdog.usage.recorder import UsageRecorder
 from volcano_monitor.watchdog.writer import Intervals, Item, Writer
@@ -121,6 +122,10 @@ class Watchdog:
                 self._node_informer = feeds.node_informer(api, self.nodes.on_node, informer_backoff)
                 self.informers.append(self._node_informer)
         self.collectors, self._sources = feeds.usage_sources(settings, api)
+        prom = settings.sources.prometheus
+        self.backfiller = Backfiller(prom, settings.recommendations, engine, self.histograms, clock=clock) \
+            if prom.backfill.enabled else None
+        self.tasks.backfiller = self.backfiller
 
     @property
     def ledger(self) -> Ledger:
@@ -148,6 +153,11 @@ class Watchdog:
                 feeds.poll_node_metrics, self.node_metrics, self.nodes,
                 self.settings.detectors.node_hot.interval_seconds, leading=self.leader.is_leader, stop=stop,
                 clock=self.clock))
+        if self.backfiller is not None:
+            self._spawn("watchdog-backfill", functools.partial(
+                backfill_loop, self.backfiller, self.settings.sources.prometheus.backfill.interval_seconds,
+                lambda: self.writer.leading and self.leader.is_leader() and (self.index_synced() or not self.informers),
+                lambda: live_workloads(self.index), functools.partial(self.writer.enqueue, BACKFILL, ""), stop))
         for informer in self.informers:
             informer.start()
         return self
@@ -164,6 +174,8 @@ class Watchdog:
         for thread in self._threads:
             thread.join(10)
         self.notifier.stop()
+        if self.backfiller is not None:
+            self.backfiller.close()
         if not self.writer.leading:
             return  # a follower holds nothing to store
         try:  # what the writer holds in memory (the open usage bucket, histogram changes)

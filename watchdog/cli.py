@@ -204,7 +204,8 @@ def run_watchdog(settings: Settings) -> int:
         return ((render_capability_metrics(capability) if capability else "")
                 + (render_oom_metrics(oom.count_snapshot) if oom else "")
                 + render_gpu_idle_metrics(watchdog.gpu_idle.snapshot(), aborter.counts(), dcgm_style())
-                + render_stranded_metrics(watchdog.stranded))
+                + render_stranded_metrics(watchdog.stranded)
+                + (watchdog.backfiller.render_metrics() if watchdog.backfiller else ""))
 
     health = Health(watchdog.ready, collectors, leader=leader.is_leader, notifications=notifications,
                     extra_metrics=extra_metrics)

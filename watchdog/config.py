@@ -23,6 +23,7 @@ from volcano_monitor.watchdog.node_settings import GpuStrandedSettings, NodeHotS
 from volcano_monitor.watchdog.notify.settings import LeaderElection, Notifications, parse_duration
 from volcano_monitor.watchdog.oomscale.settings import OomScaleUpSettings
 from volcano_monitor.watchdog.report.cron import parse_cron
+from volcano_monitor.watchdog.usage.backfill_settings import PrometheusBackfill
 
 ENV_PREFIX = "VOLCANO_WATCHDOG_"
 CLI_ONLY_ENV = {"VOLCANO_WATCHDOG_CONFIG", "VOLCANO_WATCHDOG_LOG_LEVEL"}
@@ -62,6 +63,7 @@ class PrometheusSource(Section):
                     "scrape target's own labels won), or `auto`: asked of Prometheus (the style with more series), "
                     "again every 60 rounds.")
     bearer_token: SecretStr | None = Field(default=None, description="Bearer token for Prometheus, if it needs one.")
+    backfill: PrometheusBackfill = PrometheusBackfill()
 
 
 class Sources(Section):

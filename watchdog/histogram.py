@@ -145,6 +145,29 @@ class DecayingHistogram:
             buckets.clear()
             self._total = 0.0
 
+    def merge(self, other: DecayingHistogram) -> None:
+        """Add every sample of `other` (same layout and half-life) as if it had been added here: history
+        back-filled from Prometheus joins what the live path collected. Both are brought to the later
+        reference time (an exact power of two when the references are whole half-lives apart)."""
+        if other.is_empty() or other.ref is None:
+            return
+        if (other.first_bucket, other.ratio, other.half_life_seconds) != (
+                self.first_bucket, self.ratio, self.half_life_seconds):
+            raise ValueError("cannot merge histograms of different layouts or half-lives")
+        if self.is_empty() or self.ref is None:
+            self._buckets, self._total, self.ref = dict(other._buckets), other._total, other.ref
+            return
+        ref = max(self.ref, other.ref)
+        mine, theirs = 2.0 ** ((self.ref - ref) / self.half_life_seconds), \
+            2.0 ** ((other.ref - ref) / self.half_life_seconds)
+        buckets = {i: w * mine for i, w in self._buckets.items()}
+        for i, w in other._buckets.items():
+            buckets[i] = buckets.get(i, 0.0) + w * theirs
+        total = sum(buckets.values())
+        self._buckets = {i: w for i, w in buckets.items() if w > total * PRUNE_RATIO}
+        self._total = sum(self._buckets.values())
+        self.ref = ref
+
     # -- queries ------------------------------------------------------------------------------------
     def total_weight(self) -> float:
         """Sum of the weights, in the scale of the current reference time (only ratios matter)."""

@@ -129,12 +129,22 @@ NODE_STRANDED_GPUS = Family("volcano_watchdog_node_stranded_gpus",
                             "Free GPUs of a Ready, schedulable GPU node that no GPU pod of the configured shape can "
                             "use because pods requesting no GPU hold its CPU or memory (GpuStranded); 0 for the "
                             "other GPU nodes. Served by the leader, which runs the check.", ("node",))
+BACKFILL_WORKLOADS = Family("volcano_watchdog_backfill_workloads_total",
+                            "Workloads whose recommendation history this replica back-filled from Prometheus "
+                            "(sources.prometheus.backfill; recorded, never twice).", (), COUNTER)
+BACKFILL_SAMPLES = Family("volcano_watchdog_backfill_samples_total",
+                          "Usage samples (one-a-minute equivalents) the back-fill added to the histograms.", (),
+                          COUNTER)
+BACKFILL_ERRORS = Family("volcano_watchdog_backfill_query_errors_total",
+                         "Back-fill queries Prometheus did not answer usefully, by cause (connection, http_<code>, "
+                         "query, decode); the next pass tries those workloads again.", ("cause",), COUNTER)
 
 FAMILIES = (ALERTS, REC_CPU, REC_MEMORY, REC_CONFIDENCE, JOB_EFFICIENCY, WASTED_CORE, WASTED_MEMORY, WASTED_GPU,
             COLLECTOR_ENABLED, COLLECTOR_UP, COLLECTOR_LAST_SUCCESS, COLLECTOR_ERRORS, COLLECTOR_SAMPLES,
             DATABASE_UP, READY, BUILD_INFO, LEADER, NOTIFICATIONS, OUTBOX_PENDING, OUTBOX_OLDEST, DEAD_LETTERS,
             CAPABILITY_TARGET, CAPABILITY_UPDATES, OOM_RESUBMISSIONS, JOB_GPU_IDLE, JOB_GPU_STATE, GPU_IDLE_ABORTS,
-            DCGM_LABEL_STYLE, NODE_STRANDED_GPUS)
+            DCGM_LABEL_STYLE, NODE_STRANDED_GPUS,
+            BACKFILL_WORKLOADS, BACKFILL_SAMPLES, BACKFILL_ERRORS)
 
 
 def _section(family: Family, lines: list[str]) -> str:

@@ -34,6 +34,7 @@ from volcano_monitor.watchdog.usage.recorder import UsageRecorder
 __all__ = ["LEDGER_JOB", "LEDGER_PODGROUP", "SIGNALS", "Observer", "Write"]
 
 LEDGER_JOB, LEDGER_PODGROUP, SIGNALS = "ledger_job", "ledger_podgroup", "signals"
+BACKFILL = "backfill"  # history read from Prometheus, merged into the histograms (watchdog.usage.backfill)
 
 
 @dataclass(frozen=True, slots=True)
@@ -102,6 +103,8 @@ class Observer:
         elif what == "events":
             event: EventView = obj
             self.notes.on_event(event_type, event)
+        elif what == BACKFILL:  # nothing to observe: stored as it is, by the leader
+            writes.append(Write(BACKFILL, event_type, obj))
         elif what == "samples":
             self.recorder.ingest(obj, self.index.pod_info)
             for consume in self.sample_consumers:

@@ -26,6 +26,7 @@ The math (`recommend`), with p = percentile of the decaying histogram and m = 1 
 
 from __future__ import annotations
 
+import copy
 import json
 import logging
 import math
@@ -289,6 +290,30 @@ class HistogramBook:
         entry.last = ts if entry.last is None else max(entry.last, ts)
         self._dirty.add(key)
 
+    def add_usage_series(self, namespace: str, workload: str, task: str, container: str,
+                         rows: list[tuple[float, float, float]], *, count: int = 1) -> int:
+        """`add_usage` for many (ts, cores, bytes) samples of one container in time order (a back-fill's
+        points): the same histogram operations, with the per-sample checks done in one pass. Samples with a
+        bad timestamp or value are skipped (counted); returns how many were added."""
+        inf = math.inf
+        good = [row for row in rows if 0.0 <= row[0] < MAX_TIMESTAMP and 0.0 <= row[1] < inf and 0.0 <= row[2] < inf]
+        if len(good) < len(rows):
+            self.skipped["bad_backfill_sample"] += len(rows) - len(good)
+        key = (namespace, workload, task, container)
+        entry = self._entry(key, good[0][0]) if good and count >= 1 else None
+        if entry is None:
+            return 0
+        add_cpu, add_peak, weight = entry.cpu.add, self._add_peak, float(count)
+        for ts, cores, memory in good:
+            add_cpu(cores, weight, ts)
+            add_peak(key, entry, memory, ts)
+        entry.samples += count * len(good)
+        first, last = min(row[0] for row in good), max(row[0] for row in good)
+        entry.first = first if entry.first is None else min(entry.first, first)
+        entry.last = last if entry.last is None else max(entry.last, last)
+        self._dirty.add(key)
+        return len(good)
+
     def add_oom(self, namespace: str, workload: str, task: str, container: str, ts: float,
                 memory_bytes: float) -> None:
         """An OOM kill with the memory at the kill (or the request/limit when that is all we know)."""
@@ -320,6 +345,65 @@ class HistogramBook:
         keys = sorted(k for k in self._entries if k[0] == namespace and k[1] == workload)
         found = (self.recommendation(*key, now) for key in keys[:20])
         return [rec for rec in found if rec is not None]
+
+    def first_sample_ts(self, key: Key) -> float | None:
+        """When the container's first usage sample was taken (None: no sample yet). Read from another
+        thread by the back-fill, which only wants history from before it."""
+        entry = self._entries.get(key)
+        return entry.first if entry is not None else None
+
+    def key_list(self) -> list[Key]:
+        return list(self._entries)
+
+    def snapshot(self, keys: list[Key]) -> dict[Key, Any]:
+        """Copies of these keys' entries (None: absent), for `restore` after a rolled-back merge."""
+        return {key: copy.deepcopy(self._entries.get(key)) for key in keys}
+
+    def restore(self, snapshot: dict[Key, Any]) -> None:
+        """Put the entries of a `snapshot` back (they stay marked for the next flush)."""
+        for key, entry in snapshot.items():
+            if entry is None:
+                self._entries.pop(key, None)
+            else:
+                self._entries[key] = entry
+            self._dirty.add(key)
+
+    def merge_older(self, older: HistogramBook, workloads: set[tuple[str, str]] | None = None) -> list[Key]:
+        """Put `older`'s history (built with the same settings from samples taken before each key's
+        first sample here: a back-fill) under what this book holds; returns the keys changed. The
+        memory interval both may share (the back-fill's last, this book's first) keeps one peak:
+        the higher of the two when this book still has it open, else this book's. Only the keys of
+        `workloads` ((namespace, workload) pairs) when given; `older` is left as it was (copied)."""
+        changed = []
+        for key, stored in older._entries.items():
+            if (stored.cpu.is_empty() and stored.memory.is_empty()) or \
+                    (workloads is not None and key[:2] not in workloads):
+                continue
+            old = copy.deepcopy(stored)
+            new = self._entries.get(key)
+            if new is None:
+                self._entries[key] = old
+            else:
+                if old.window_end is not None and old.peak is not None and new.first is not None and \
+                        old.window_end == (math.floor(new.first / self._interval) + 1) * self._interval:
+                    if new.window_end == old.window_end and new.peak is not None:  # both peaks are known
+                        if old.peak <= new.peak:
+                            old.memory.add(old.peak, -1.0, old.window_end)
+                        else:
+                            new.memory.add(new.peak, -1.0, new.window_end)
+                            new.peak = old.peak
+                    else:  # this book's first interval is closed and its peak not kept: it stands alone
+                        old.memory.add(old.peak, -1.0, old.window_end)
+                new.cpu.merge(old.cpu)
+                new.memory.merge(old.memory)
+                new.samples += old.samples
+                new.first = old.first if new.first is None or old.first is None else min(new.first, old.first)
+                new.last = old.last if new.last is None else new.last if old.last is None else max(new.last, old.last)
+                if new.window_end is None:
+                    new.window_end, new.peak = old.window_end, old.peak
+            self._dirty.add(key)
+            changed.append(key)
+        return changed
 
     def load(self, session: Session) -> None:
         """Read every stored row. Keys changed in memory since the last flush keep their newer state."""

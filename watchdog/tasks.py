@@ -39,9 +39,11 @@ from volcano_monitor.watchdog.notify.describe import alert_item
 from volcano_monitor.watchdog.notify.message import AlertItem, rfc3339
 from volcano_monitor.watchdog.notify.outbox import NOTICE_LABEL, Outbox, forget_delivered
 from volcano_monitor.watchdog.notify.sender import Notifier
-from volcano_monitor.watchdog.observe import LEDGER_JOB, LEDGER_PODGROUP, SIGNALS, Write
+from volcano_monitor.watchdog.observe import BACKFILL, LEDGER_JOB, LEDGER_PODGROUP, SIGNALS, Write
 from volcano_monitor.watchdog.recommend import HistogramBook, Recommendation
 from volcano_monitor.watchdog.retention import run_retention
+from volcano_monitor.watchdog.usage.backfill import BackfillBatch, Backfiller
+from volcano_monitor.watchdog.usage.backfill_queries import Workload as BackfillWorkload
 from volcano_monitor.watchdog.usage.recorder import UsageRecorder
 
 log = logging.getLogger(__name__)
@@ -84,6 +86,7 @@ class Tasks:
         self.detectors, self.alerts, self.recorder, self.histograms = detectors, alerts, recorder, histograms
         self.outbox, self.notifier, self.stats = outbox, notifier, stats
         self.ledger = Ledger()
+        self.backfiller: Backfiller | None = None  # usage history from Prometheus, when enabled
         self.enqueued = False  # the current transaction queued a notification: wake the sender after commit
         self.transitions: list[Transition] = []  # recent ones, for tests and debugging
 
@@ -94,6 +97,19 @@ class Tasks:
             self.ledger.on_podgroup(write.event_type, write.obj, session, now)
         elif write.kind == SIGNALS:
             self.record(self.alerts.apply(write.obj, session, now), session, now)
+        elif write.kind == BACKFILL and self.backfiller is not None and isinstance(write.obj, BackfillBatch):
+            self.backfiller.store(write.obj, session, now)
+
+    def committed(self, writes: list[Write]) -> None:
+        """The transaction holding `writes` is in: what it merged is the histograms' for good."""
+        if self.backfiller is not None:
+            self.backfiller.committed(w.obj for w in writes if w.kind == BACKFILL)
+
+    def rolled_back(self) -> None:
+        """The transaction was rolled back: undo what it changed in memory, so a retry does it once."""
+        self.histograms.flush_failed()  # what flush() handed over was rolled back
+        if self.backfiller is not None:
+            self.backfiller.rolled_back()  # a merge in that transaction: the book as before it
 
     def periodic(self, task: str, session: Session, now: datetime) -> None:
         ts, found = now.timestamp(), self.detectors
@@ -220,3 +236,22 @@ def retention_loop(engine: Engine, settings: Settings, leading: Callable[[], boo
 
 def _amount(value: float | None) -> str:
     return "unset" if value is None else f"{value:.4g}"
+
+
+def backfill_loop(backfiller: Backfiller, interval: float, may_run: Callable[[], bool],
+                  live: Callable[[], list[BackfillWorkload]], hand_over: Callable[[BackfillBatch], None],
+                  stop: threading.Event) -> None:
+    """Back-fill usage history from Prometheus (leader only): a pass once the writer leads and has seen
+    the informers' first lists (`may_run`), then every `interval` for workloads that appeared since. The
+    batches go to the writer, which merges and records them in one transaction."""
+    while not stop.is_set():
+        if not may_run():
+            stop.wait(1.0)
+            continue
+        try:
+            backfiller.run_once(live(), hand_over, stop)
+        except SQLAlchemyError as exc:
+            log.error("back-fill pass failed (%s); trying again in %gs", describe_error(exc), interval)
+        except Exception:  # a bug must not end the back-fill for the life of the process
+            log.exception("back-fill pass failed; trying again in %gs", interval)
+        stop.wait(interval)

@@ -173,6 +173,7 @@ class Writer:
                 takeover = self._take_over_pending
                 self.tasks.enqueued = False
                 self._transaction((self.observer.takeover_writes() if takeover else []) + writes, periodic)
+                self.tasks.committed(writes)
                 if takeover:
                     self._took_over()
                 self.stats.batches += 1
@@ -231,7 +232,7 @@ class Writer:
             self._book_stale = False
 
     def _rolled_back(self, exc: SQLAlchemyError) -> None:
-        self.histograms.flush_failed()  # what flush() handed over was rolled back
+        self.tasks.rolled_back()
         self.stats.db_errors += 1
         self.stats.last_db_error = describe_error(exc)
         self._book_stale = True  # reloaded before the next attempt (the database may still be down now)

@@ -422,3 +422,19 @@ class GpuIdleAbortRow(Base):
     identity: Mapped[str] = mapped_column(Name, default="")  # the replica that acted
     created_at: Mapped[datetime]
     acted_at: Mapped[datetime | None]
+class WorkloadBackfill(Base):
+    """A workload whose recommendation histograms got their history from Prometheus (watchdog.usage.backfill):
+    one row per workload, written in the transaction that stores the merged histograms, so a restart or
+    another replica never back-fills it again (the unique key makes a racing second writer fail)."""
+
+    __tablename__ = "workload_backfills"
+    __table_args__ = (UniqueConstraint("namespace", "workload", name="uq_workload_backfills_key"),)
+
+    id: Mapped[int] = mapped_column(Id, primary_key=True, autoincrement=True)
+    namespace: Mapped[str] = mapped_column(Name)
+    workload: Mapped[str] = mapped_column(Name)
+    range_start: Mapped[datetime]  # the history read: (range_start, range_end]
+    range_end: Mapped[datetime]
+    containers: Mapped[int] = mapped_column(Integer, default=0)  # task x container keys that got history
+    samples: Mapped[int] = mapped_column(BigInteger, default=0)  # one-a-minute equivalents added
+    created_at: Mapped[datetime]

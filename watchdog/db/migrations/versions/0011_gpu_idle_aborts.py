@@ -1,7 +1,7 @@
 """gpu idle aborts: the audit trail of the GPU idle abort action
 
 Revision ID: 0011
-Revises: 0009
+Revises: 0010
 
 `gpu_idle_aborts` holds one row per aborted (or, in dry-run, would-be aborted) job run, unique on the
 run's UID: the leader writes it before creating the Volcano Command, so a retried pass or a new leader
