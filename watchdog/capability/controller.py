@@ -28,9 +28,8 @@ from sqlalchemy import Engine
 from sqlalchemy.exc import SQLAlchemyError
 from sqlalchemy.orm import Session
 
-from volcano_monitor.core.backoff import Backoff
-from volcano_monitor.core.kube.informer import DELETED, Informer
-from volcano_monitor.core.kube.resources import NODES, PODGROUPS, PODS, QUEUES, ResourceKind
+from volcano_monitor.core.kube.informer import DELETED
+from volcano_monitor.core.kube.resources import NODES, PODGROUPS, PODS, QUEUES
 from volcano_monitor.core.model import (
     Node,
     Pod,
@@ -55,6 +54,7 @@ from volcano_monitor.watchdog.capability.guardrails import (
 from volcano_monitor.watchdog.capability.policy import Target, demand_target, pending_requests, share_target
 from volcano_monitor.watchdog.capability.settings import CapabilitySettings, QueuePolicy
 from volcano_monitor.watchdog.capability.store import APPLIED, DRY_RUN, CapabilityChange
+from volcano_monitor.watchdog.controlloop import ControlLoop
 from volcano_monitor.watchdog.leader import ApiUnavailable, Leadership
 
 log = logging.getLogger(__name__)
@@ -63,15 +63,16 @@ OUTCOMES = (APPLIED, DRY_RUN, "unchanged", "held", "conflict", "failed")
 STANDBY = "standby"  # a follower's plan in apply mode: not acted on, not counted
 
 
-class CapabilityController:
+class CapabilityController(ControlLoop):
+    thread_name = "capability"
+
     def __init__(self, settings: CapabilitySettings, engine: Engine, api: client.ApiClient, leader: Leadership,
                  clock: Callable[[], float] = time.time,
                  announce: Callable[[CapabilityChange], None] | None = None, *,
                  namespaces: Sequence[str] = (), informer_backoff: tuple[float, float] = (0.5, 30.0)) -> None:
+        super().__init__(api, leader, informer_backoff)
         self.settings = settings
         self.engine = engine
-        self.api = api
-        self.leader = leader
         self.clock = clock
         self.announce = announce
         self.limits = Limits.of(settings)
@@ -86,26 +87,13 @@ class CapabilityController:
         self._targets: dict[str, dict[str, float]] = {}
         self._counts: Counter[tuple[str, str]] = Counter()
         self._last_applied: dict[str, float] = {}  # fallback for the cooldown when the database write failed
-        self._trigger = threading.Event()
-        self._stop = threading.Event()
-        self._thread: threading.Thread | None = None
-
-        def informer(kind: ResourceKind, transform: Callable[[Any], Any], handler: Callable[[str, Any], None],
-                     namespace: str | None = None, predicate: Callable[[Any], bool] | None = None) -> Informer[Any]:
-            made: Informer[Any] = Informer(api, kind, namespace=namespace, transform=transform, predicate=predicate,
-                                           backoff=Backoff(*informer_backoff))
-            made.add_handler(handler)
-            return made
-
-        self.node_informer = informer(NODES, parse_node, self._on_node)
-        self.queue_informer = informer(QUEUES, parse_queue, self._on_queue)
-        self.informers: list[Informer[Any]] = [self.node_informer, self.queue_informer]
+        self.node_informer = self.informer(NODES, parse_node, self._on_node)
+        self.queue_informer = self.informer(QUEUES, parse_queue, self._on_queue)
         if any(p.demand is not None for p in settings.policies.values()):  # pending demand needs pods
             scopes: list[str | None] = list(namespaces) or [None]
             for namespace in scopes:
-                self.informers.append(informer(PODS, parse_pod, self._on_pod, namespace, is_volcano_pod))
-                self.informers.append(informer(PODGROUPS, parse_podgroup, self._on_podgroup, namespace))
-        leader.on_change(lambda leading: self._trigger.set() if leading else None)
+                self.informer(PODS, parse_pod, self._on_pod, namespace, is_volcano_pod)
+                self.informer(PODGROUPS, parse_podgroup, self._on_podgroup, namespace)
 
     # ---- informer handlers (informer threads) --------------------------------------------------------------
 
@@ -146,50 +134,11 @@ class CapabilityController:
             else:
                 self._group_queues[(group.namespace, group.name)] = group.queue
 
-    # ---- lifecycle ---------------------------------------------------------------------------------------
+    def interval_seconds(self) -> float:
+        return self.settings.reconcile_interval_seconds
 
-    def start(self, run_loop: bool = True) -> CapabilityController:
-        """Start the informers and (unless `run_loop` is False: tests drive `reconcile()`) the loop."""
-        for made in self.informers:
-            made.start()
-        if run_loop:
-            self._thread = threading.Thread(target=self._run, name="capability", daemon=True)
-            self._thread.start()
-        return self
-
-    def stop(self) -> None:
-        self._stop.set()
-        self._trigger.set()
-        for made in self.informers:
-            made.stop()
-        if self._thread is not None:
-            self._thread.join(30)
-
-    def wait_synced(self, timeout: float | None = None) -> bool:
-        deadline = None if timeout is None else time.monotonic() + timeout
-        for made in self.informers:
-            left = None if deadline is None else max(0.0, deadline - time.monotonic())
-            if not made.wait_synced(left):
-                return False
-        return True
-
-    def _run(self) -> None:
-        while not self._stop.is_set():
-            if not self.wait_synced(timeout=1.0):
-                continue
-            self._trigger.clear()
-            try:
-                self.reconcile()
-            except Exception:  # the loop must outlive any one bad reconcile
-                log.exception("capability: reconcile failed")
-            deadline = time.monotonic() + self.settings.reconcile_interval_seconds
-            while not self._stop.is_set():
-                left = deadline - time.monotonic()
-                if left <= 0:
-                    break
-                if self._trigger.wait(left):
-                    self._stop.wait(self.settings.debounce_seconds)  # let a burst of changes settle
-                    break
+    def debounce_seconds(self) -> float:
+        return self.settings.debounce_seconds
 
     # ---- reconcile ---------------------------------------------------------------------------------------
 

@@ -32,11 +32,11 @@ from sqlalchemy import Engine, update
 from sqlalchemy.exc import IntegrityError, SQLAlchemyError
 from sqlalchemy.orm import Session
 
-from volcano_monitor.core.backoff import Backoff
-from volcano_monitor.core.kube.informer import DELETED, Informer
-from volcano_monitor.core.kube.resources import JOBS, PODS, QUEUES, ResourceKind
+from volcano_monitor.core.kube.informer import DELETED
+from volcano_monitor.core.kube.resources import JOBS, PODS, QUEUES
 from volcano_monitor.core.model import Pod, Queue, parse_pod, parse_queue, res_dict
 from volcano_monitor.core.podview import is_volcano_pod
+from volcano_monitor.watchdog.controlloop import ControlLoop
 from volcano_monitor.watchdog.db.models import OomResubmission
 from volcano_monitor.watchdog.leader import ApiUnavailable, Leadership
 from volcano_monitor.watchdog.oomscale import kube, plan, store
@@ -92,15 +92,16 @@ class Decision:
 Notify = Callable[[Session, Decision], None]  # queue the chat notice inside the given transaction
 
 
-class OomScaleUpController:
+class OomScaleUpController(ControlLoop):
+    thread_name = "oom-scale-up"
+
     def __init__(self, settings: OomScaleUpSettings, engine: Engine, api: client.ApiClient, leader: Leadership,
                  clock: Callable[[], float] = time.time, notify: Notify | None = None,
                  wake: Callable[[], None] | None = None, *, namespaces: Sequence[str] = (),
                  informer_backoff: tuple[float, float] = (0.5, 30.0)) -> None:
+        super().__init__(api, leader, informer_backoff)
         self.settings = settings
         self.engine = engine
-        self.api = api
-        self.leader = leader
         self.clock = clock
         self.notify = notify
         self.wake = wake
@@ -111,24 +112,11 @@ class OomScaleUpController:
         self._queues: dict[str, Queue] = {}
         self._done: set[str] = set()  # Job UIDs decided (or not taking part): not looked at again
         self.counts: Counter[tuple[str, str]] = Counter()  # (namespace, outcome) -> decisions by this replica
-        self._trigger = threading.Event()
-        self._stop = threading.Event()
-        self._thread: threading.Thread | None = None
         scopes: list[str | None] = list(namespaces) or [None]
-        self.informers: list[Informer[Any]] = []
-
-        def informer(kind: ResourceKind, transform: Callable[[Any], Any], handler: Callable[[str, Any], None],
-                     namespace: str | None = None, predicate: Callable[[Any], bool] | None = None) -> None:
-            made: Informer[Any] = Informer(api, kind, namespace=namespace, transform=transform, predicate=predicate,
-                                           backoff=Backoff(*informer_backoff))
-            made.add_handler(handler)
-            self.informers.append(made)
-
         for namespace in scopes:
-            informer(JOBS, job_seen, self._on_job, namespace)
-            informer(PODS, parse_pod, self._on_pod, namespace, is_volcano_pod)
-        informer(QUEUES, parse_queue, self._on_queue)
-        leader.on_change(lambda leading: self._trigger.set() if leading else None)
+            self.informer(JOBS, job_seen, self._on_job, namespace)
+            self.informer(PODS, parse_pod, self._on_pod, namespace, is_volcano_pod)
+        self.informer(QUEUES, parse_queue, self._on_queue)
 
     # ---- informer handlers --------------------------------------------------------------------------
 
@@ -162,43 +150,8 @@ class OomScaleUpController:
             else:
                 self._queues[queue.name] = queue
 
-    # ---- lifecycle -----------------------------------------------------------------------------------
-
-    def start(self, run_loop: bool = True) -> OomScaleUpController:
-        for made in self.informers:
-            made.start()
-        if run_loop:
-            self._thread = threading.Thread(target=self._run, name="oom-scale-up", daemon=True)
-            self._thread.start()
-        return self
-
-    def stop(self) -> None:
-        self._stop.set()
-        self._trigger.set()
-        for made in self.informers:
-            made.stop()
-        if self._thread is not None:
-            self._thread.join(30)
-
-    def wait_synced(self, timeout: float | None = None) -> bool:
-        deadline = None if timeout is None else time.monotonic() + timeout
-        for made in self.informers:
-            left = None if deadline is None else max(0.0, deadline - time.monotonic())
-            if not made.wait_synced(left):
-                return False
-        return True
-
-    def _run(self) -> None:
-        while not self._stop.is_set():
-            if not self.wait_synced(timeout=1.0):
-                continue
-            self._trigger.clear()
-            try:
-                self.reconcile()
-            except Exception:  # the loop must outlive any one bad pass
-                log.exception("oom-scale-up: reconcile failed")
-            self._trigger.wait(self.settings.reconcile_interval_seconds)
-            self._stop.wait(0.5)  # let the pods' events of a failing job arrive together
+    def interval_seconds(self) -> float:
+        return self.settings.reconcile_interval_seconds
 
     # ---- deciding ------------------------------------------------------------------------------------
 
