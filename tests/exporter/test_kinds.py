@@ -8,8 +8,8 @@ from typing import Any
 
 import pytest
 
+from tests.core.test_model import ts
 from tests.exporter import objects
-from tests.exporter.test_model import ts
 from tests.exporter.test_prometheus import parse_text
 from volcano_monitor.core.kinds import (
     NetworkTopology,

@@ -1,0 +1,1 @@
+"""Tests of volcano_monitor.core, the layer the exporter and the watchdog share."""
