@@ -60,6 +60,8 @@ __all__ = ["Intervals", "Watchdog"]
 
 log = logging.getLogger(__name__)
 
+DRAIN_SECONDS = 10.0  # at stop, how long the writer may take to store what the feeds delivered
+
 
 class Watchdog:
     def __init__(self, settings: Settings, engine: Engine, api: client.ApiClient | None,
@@ -114,7 +116,9 @@ class Watchdog:
         self.writer = Writer(engine, self.observer, self.tasks, self.alerts, self.histograms, self.recorder,
                              self.leader, self.intervals, settings.retention, clock, self.stats,
                              feeds_synced=lambda: feeds.essential_synced(self.informers))
-        self._threads: list[threading.Thread] = []
+        self._threads: list[threading.Thread] = []  # the feeds' and loops' threads, stopped by _feeds_stop
+        self._feeds_stop = threading.Event()
+        self._writer_thread: threading.Thread | None = None
         self.informers: list[Informer[Any]] = []
         if api is not None:
             self.informers = feeds.informers(api, settings, self.notes, self.writer.enqueue, informer_backoff)
@@ -139,8 +143,9 @@ class Watchdog:
 
     def start(self) -> Watchdog:
         migrate(self.engine)
-        stop = self.writer.stop
-        self._spawn("watchdog-worker", self.writer.run)
+        stop = self._feeds_stop
+        self._writer_thread = threading.Thread(target=self.writer.run, name="watchdog-worker", daemon=True)
+        self._writer_thread.start()
         self._spawn("watchdog-retention", functools.partial(
             retention_loop, self.engine, self.settings, self.leader.is_leader, stop, self.clock))
         self.notifier.start()
@@ -168,11 +173,20 @@ class Watchdog:
         self._threads.append(thread)
 
     def stop(self) -> None:
-        self.writer.stop.set()
+        """Stop the feeds first, then let the writer store what they delivered (an event observed but
+        dropped at shutdown could be lost for good: a relist shows states, not the transitions that
+        raised JobRetrying or PodOOMKilled), then stop the writer and flush what it holds."""
+        self._feeds_stop.set()
         for informer in self.informers:
             informer.stop()
         for thread in self._threads:
             thread.join(10)
+        if not self.writer.drain(DRAIN_SECONDS):
+            log.warning("stopping with %d queued events not stored (the database is slow or down)",
+                        self.writer.work.unfinished_tasks)
+        self.writer.stop.set()
+        if self._writer_thread is not None:
+            self._writer_thread.join(10)
         self.notifier.stop()
         if self.backfiller is not None:
             self.backfiller.close()

@@ -17,6 +17,7 @@ from __future__ import annotations
 import logging
 import queue
 import threading
+import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import UTC, datetime
@@ -81,6 +82,14 @@ class Writer:
                 return
             except queue.Full:
                 log.warning("watchdog worker is %d items behind; waiting", QUEUE_LIMIT)
+
+    def drain(self, timeout: float) -> bool:
+        """Wait until everything queued so far is observed and stored (or handed to the item-by-item
+        path); False after `timeout` seconds (a database that is down)."""
+        deadline = time.monotonic() + timeout
+        while self.work.unfinished_tasks and time.monotonic() < deadline and self.started.is_set():
+            time.sleep(0.05)
+        return self.work.unfinished_tasks == 0
 
     def run(self) -> None:
         self.started.set()

@@ -77,7 +77,8 @@ def stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, Any]]:
     ports = {name: free_port() for name in ("exporter", "watchdog", "prometheus", "alertmanager")}
     watchdog_url = f"http://127.0.0.1:{ports['watchdog']}"
     procs = Stack(tmp / "logs")
-    with SimulatorThread(scenario="default", speed=SPEED, tick_interval=0.05) as sim:
+    # `demo`: the default scenario plus a GPU node held hostage and run hot, so every dashboard panel has data.
+    with SimulatorThread(scenario="demo", speed=SPEED, tick_interval=0.05) as sim:
         kubeconfig = tmp / "kubeconfig"
         write_kubeconfig(kubeconfig, sim.url)
         sim_target = sim.url.split("://", 1)[1]
@@ -90,7 +91,9 @@ def stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, Any]]:
             procs.start_python("exporter", "volcano_monitor.exporter.cli", "--kubeconfig", str(kubeconfig), "--listen",
                                f"127.0.0.1:{ports['exporter']}", ready_url=f"http://127.0.0.1:{ports['exporter']}/readyz")
             config = procs.write_yaml("watchdog.yaml", {
-                "api_token": TOKEN, "grafana_url": "http://grafana.example", "detectors": FAST_DETECTORS,
+                "api_token": TOKEN, "grafana_url": "http://grafana.example",
+                "detectors": {**FAST_DETECTORS, "gpu_stranded": {"window_seconds": 1},
+                              "node_hot": {"window_seconds": 1, "interval_seconds": 0.5}},
                 "sources": {"metrics_api": {"interval_seconds": 0.5}, "rollup_seconds": 1,
                             "prometheus": {"enabled": True, "url": prom, "interval_seconds": 2, "rate_window": "30s"}},
                 "notifications": {

@@ -157,6 +157,7 @@ def test_two_replicas_store_what_one_stores_and_fail_over(databases: tuple[str, 
             took_over_at = datetime.now().astimezone()
             wait_for(lambda: finished(pair, took_over_at) >= 3, timeout=90)
             time.sleep(3)
+            stopping = datetime.now().astimezone()
             for name, process in processes.items():
                 if process.poll() is None:
                     process.terminate()
@@ -192,7 +193,11 @@ def test_two_replicas_store_what_one_stores_and_fail_over(databases: tuple[str, 
     pair_alerts, single_alerts = alerts(pair), alerts(single)
     firing_rows = Counter(a.fingerprint for a in pair_alerts if a.fired_at is not None and a.kind in EVENT_KINDS)
     assert all(n == 1 for n in firing_rows.values()), firing_rows
-    lost = {(a.kind, a.fingerprint) for a in single_alerts if a.kind in EVENT_KINDS} \
+    # The simulator plays on while the processes stop one after another: an event in the last moments
+    # may reach one side's informers and not the other's, so those are left out.
+    settled = stopping - timedelta(seconds=3)
+    lost = {(a.kind, a.fingerprint) for a in single_alerts
+            if a.kind in EVENT_KINDS and a.fired_at is not None and a.fired_at < settled} \
         - {(a.kind, a.fingerprint) for a in pair_alerts}
     assert not lost, f"alerts the pair never stored: {lost}"
     # Messages: no alert announced firing twice by the pair.
