@@ -254,6 +254,7 @@ def test_only_the_leader_patches_and_a_follower_takes_over_after_a_crash(
         put(sim, R.NODES, node("gpu-2", {"pool": "gpu"}, gpus=8))
         wait_for(lambda: capability(sim, "gpu").get(GPU) == "8", timeout=duration + 2)
         assert time.monotonic() - crashed >= duration - 0.5  # not before the lease could expire
+        wait_for(lambda: len(changes(harness.engine, "gpu")) == 2, timeout=5)  # the audit row follows the patch
         last = changes(harness.engine, "gpu")[-1]
         assert (last.identity, last.before, last.after) == (follower.identity, {GPU: 4.0}, {GPU: 8.0})
     finally:
