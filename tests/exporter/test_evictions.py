@@ -208,3 +208,18 @@ def test_each_shard_takes_the_events_of_its_own_pods() -> None:
         taken = {uid for uid in uids if informer.predicate(event("Evict", "m", T, uid=uid))}
         assert taken == {uid for uid in uids if shard_of(uid, 2) == shard}
         assert informer in exporter.optional  # not needed for /readyz
+
+
+def test_the_memory_of_deleted_pods_keeps_the_newest_within_its_bound(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A burst of deletions (an array job finishing) may not hold every pod for RECENT_SECONDS: the oldest go
+    first, and an Event about a pod still remembered is attributed."""
+    monkeypatch.setattr(evictions, "RECENT_MAX", 50)
+    store = ExporterStore(observe_since=T)
+    store.evictions.clock = lambda: T + 100
+    for n in range(120):
+        store.on_pod(DELETED, parse_pod(pod(name=f"w-{n}", uid=f"uid-{n}")))
+    assert set(store.evictions.recent) == {f"uid-{n}" for n in range(70, 120)}
+    assert len(store.evictions._recent_order) == 50
+    send_event(store, event("Evict", "Pod is evicted, because of reclaim", T + 50, uid="uid-119", name="w-119"))
+    send_event(store, event("Evict", "Pod is evicted, because of reclaim", T + 50, uid="uid-0", name="w-0"))
+    assert counts(store) == {("ml", "research", "reclaim", ""): 1}
