@@ -92,7 +92,9 @@ class Watchdog:
         self._node_informer: Informer[Any] | None = None
         self.detectors = DetectorSet(failures=FailureDetector(found), queues=queues,
                                      gangs=GangDetector(found, self.notes, blocked=queues.blocked),
-                                     waste=WasteDetector(found, settle_seconds=4 * self.intervals.flush),
+                                     waste=WasteDetector(found, settle_seconds=4 * self.intervals.flush,
+                                                          live=self.index.live_run_uids,
+                                                          synced=self.index_synced),
                                      gpu_idle=GpuIdleDetector(settings.gpu_idle, self.gpu_idle,
                                                               self.index.live_run_uids,
                                                               synced=self.index_synced),
@@ -105,6 +107,7 @@ class Watchdog:
         self.observer.sample_consumers.append(self._gpu_samples)
         if self.hot is not None:  # which pods use a hot node (NodeHot)
             self.observer.sample_consumers.append(lambda _, samples: self.nodes.add_samples(samples))
+            self.observer.pod_gone.append(self.nodes.forget_pod)
         self.leader: Leader = leader or AlwaysLeader().start()
         self.stats = WorkerStats()
         # Notifications: the writer puts alert changes into the outbox in the same transaction as the

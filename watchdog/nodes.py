@@ -91,6 +91,12 @@ class NodeTable:
             if newest:
                 self._pods = {k: v for k, v in self._pods.items() if v.ts >= newest - POD_USAGE_TTL_SECONDS}
 
+    def forget_pod(self, namespace: str, name: str) -> None:
+        """A deleted pod's usage goes at once: the TTL alone kept every pod of the last 15 minutes (at a
+        burst of churn, tens of thousands)."""
+        with self.lock:
+            self._pods.pop((namespace, name), None)
+
     def nodes(self) -> list[Node]:
         with self.lock:
             return sorted(self._nodes.values(), key=lambda n: n.name)

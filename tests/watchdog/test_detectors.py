@@ -546,6 +546,36 @@ def test_job_idle_reads_only_new_buckets_and_agrees_with_a_fresh_read(engine: En
     assert sorted((s.fingerprint, s.summary) for s in got) == sorted((s.fingerprint, s.summary) for s in fresh)
 
 
+
+def test_job_idle_forgets_the_figures_of_runs_gone_from_the_cluster(engine: Engine) -> None:
+    """The cache holds the window of the runs that exist, not of every run that had usage in it: a busy
+    hour's finished jobs (thousands) would otherwise stay in memory for the whole window. Until the informers
+    have listed, nothing is forgotten; the live job's alert is the same either way."""
+    live = {"idle", "gone"}
+    synced = [False]
+    kept = WasteDetector(SETTINGS, settle_seconds=60, live=lambda: set(live), synced=lambda: synced[0])
+    with Session(engine) as session, session.begin():
+        for uid in ("idle", "gone"):
+            rollups(session, uid, 40, cpu=0.1)
+            ledger(session, uid, f"bert-{uid}")
+
+    def cached() -> set[str]:
+        return {uid for jobs in kept._cache.buckets.values() for uid in jobs}
+
+    with Session(engine) as session:
+        assert {s.details["job_uid"] for s in kept.check(session, NOW)} == {"idle", "gone"}
+    assert cached() == {"idle", "gone"}
+    synced[0] = True
+    live.discard("gone")  # deleted: the index no longer holds it
+    later = NOW + timedelta(minutes=1)
+    with Session(engine) as session:
+        got = kept.check(session, later)
+        fresh = WasteDetector(SETTINGS, settle_seconds=60).check(session, later)
+    assert cached() == {"idle"}
+    assert {s.details["job_uid"] for s in got} == {"idle"}
+    assert [s for s in got] == [s for s in fresh if s.details["job_uid"] == "idle"]
+
+
 def test_over_requested(engine: Engine) -> None:
     gib = 2**30
     runs = {  # uid: (cpu used / requested core-seconds, memory used / requested byte-seconds, ran, finished ago)

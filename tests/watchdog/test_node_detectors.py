@@ -167,6 +167,22 @@ def test_node_hot_can_sum_the_pods_usage_where_there_is_no_metrics_server() -> N
     assert NodeHotDetector(NodeHotSettings(), table, index).check(now) == []  # no NodeMetrics polled
 
 
+
+def test_a_deleted_pods_usage_is_forgotten_at_once(engine: Engine, database_url: str) -> None:
+    """The watchdog's observer tells the nodes' view when a pod is deleted: the 15-minute TTL alone kept
+    every pod deleted in that time (35,000 in bench/soak.py's compressed day)."""
+    watchdog = Watchdog(load(None, environ={}, database_url=database_url), engine, api=None)
+    now = time.time()
+    watchdog.nodes.add_samples([UsageSample(now, "team-a", "serve-0", "main", 7.5, 4 * GI),
+                                UsageSample(now, "team-a", "batch-0", "main", 7.0, 4 * GI)])
+    serve = pod("serve-0", "c1", 6, 8)
+    watchdog.observer.observe("pods", "ADDED", (serve, ""))
+    watchdog.observer.observe("pods", "DELETED", (serve, ""))
+    assert watchdog.nodes.pod_usage("team-a", "serve-0") is None
+    usage = watchdog.nodes.pod_usage("team-a", "batch-0")
+    assert usage is not None and usage.cpu_cores == 7.0
+
+
 def test_the_alert_message_names_the_pods() -> None:
     table, index = cluster([node("g1", 32, 128, gpus=4)], [pod(f"etl-{i}", "g1", 10, 24) for i in range(3)])
     signal = GpuStrandedDetector(GpuStrandedSettings(), table, index)._signal(

@@ -21,7 +21,8 @@ less than `settle_seconds` ago are left for later, so the ledger's last usage fl
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Set as AbstractSet
 from dataclasses import dataclass, replace
 from datetime import datetime, timedelta
 from typing import Any
@@ -120,6 +121,13 @@ class _BucketCache:
         self.last_now = now
         return self.buckets
 
+    def keep(self, uids: AbstractSet[str]) -> None:
+        """Forget the figures of every job not in `uids`. A bucket still settling is read again whole, so
+        only final figures are really gone, and those of a run that no longer exists are never needed."""
+        for jobs in self.buckets.values():
+            for uid in [uid for uid in jobs if uid not in uids]:
+                del jobs[uid]
+
     @staticmethod
     def _read(session: Session, since: datetime, now: datetime) -> dict[datetime, dict[str, _Figures]]:
         """The figures of buckets starting in [since, now], one row per bucket and job (no DISTINCT)."""
@@ -145,11 +153,17 @@ class _BucketCache:
 class WasteDetector:
     KINDS = frozenset({JOB_IDLE, OVER_REQUESTED})
 
-    def __init__(self, settings: Detectors, settle_seconds: float = 120.0, report_seconds: float = 86400.0) -> None:
+    def __init__(self, settings: Detectors, settle_seconds: float = 120.0, report_seconds: float = 86400.0,
+                 live: Callable[[], set[str]] | None = None, synced: Callable[[], bool] = lambda: True) -> None:
         self.settings = settings
         self.settle_seconds = settle_seconds
         self.report_seconds = report_seconds
         self._cache = _BucketCache(settle_seconds, settings.idle_window_seconds)
+        # UIDs of the runs the informers hold now (with `synced`: once they have listed). A run gone from
+        # the cluster cannot be idle: its figures leave the cache, which then holds the live runs' window,
+        # not every run that had usage in it (a busy hour's finished jobs, thousands).
+        self.live = live
+        self.synced = synced
 
     def check(self, session: Session, now: datetime) -> list[Signal]:
         return self._idle(session, now) + self._over_requested(session, now)
@@ -159,6 +173,8 @@ class WasteDetector:
     def _usage(self, session: Session, start: datetime, now: datetime) -> dict[str, _Usage]:
         """Each job's usage over the window [start, now], from the per-bucket figures (see `_BucketCache`)."""
         buckets = self._cache.refresh(session, start, now)
+        if self.live is not None and self.synced():
+            self._cache.keep(self.live())
         out: dict[str, _Usage] = {}
         for bucket_start in sorted(buckets):
             if not start <= bucket_start <= now:
