@@ -34,7 +34,10 @@ on the server's loop, in one batch every --tick seconds):
 
 Measured:
 - exporter_rss_bytes / watchdog_rss_bytes: VmRSS of each process (/proc/PID/status) at 25, 50, 75 and
-  100% of the run; `rss_timeline` also has one sample a minute. The first ~20% of the run is warm-up
+  100% of the run, each the median of the samples taken every 2 s over the 30 s before the checkpoint:
+  a single reading can land inside a scrape (the exporter builds a 14 MB body) or a flush and say
+  +3% for a moment, in either direction. The single readings are in `*_rss_bytes_instant`;
+  `rss_timeline` also has one sample a minute. The first ~20% of the run is warm-up
   (informer caches, the first relist, histograms, the live population reaching its steady size), so the
   growth ratios are RSS at 100% / RSS at 25% (target <= 1.05). `live_objects` gives the store's pod,
   job and PodGroup counts at the same points: growth with a flat population is retention.
@@ -117,6 +120,8 @@ EVENT_TTL = 3600.0  # cluster seconds (kube-apiserver's --event-ttl)
 RUNTIME_CAP = 3 * 3600.0  # cluster seconds
 GRACE = 30.0  # cluster seconds between a pod's deletionTimestamp and its removal
 MAX_ACTIONS_PER_STEP = 4000  # keeps one batch on the server's loop short; the rest waits for the next tick
+RSS_SAMPLE_SECONDS = 2.0  # wall seconds between RSS readings of both programs
+RSS_WINDOW_SECONDS = 30.0  # a checkpoint's RSS is the median of the readings in this window before it
 HISTORY_LIMIT = 30_000  # watch history per resource kept by the store (its default, 200,000, holds GBs of pods)
 
 log_start = time.monotonic()
@@ -741,7 +746,7 @@ def setup_cluster(store: Store, nodes: int) -> None:
 
 # --debug-memory: run the CLI's main() after installing a SIGUSR1 handler that dumps, on a thread of its
 # own, into $SOAK_DUMP_DIR/<n>.json (and <n>.snap): gc object counts by type; the length of every
-# dict/list/set/deque attribute of the project's objects (exporter.*, watchdog.*) holding >= 100 items,
+# dict/list/set/deque attribute of the project's objects (volcano_monitor.*) holding >= 100 items,
 # as "module.Class.attribute" (the largest when a class has several instances); a tracemalloc snapshot.
 BOOTSTRAP = r"""
 import collections, gc, itertools, json, os, signal, sys, threading, tracemalloc
@@ -758,7 +763,7 @@ def _dump():
         for o in objects:
             t = type(o)
             module = t.__module__
-            if not isinstance(module, str) or not module.startswith(("exporter.", "watchdog.")) or isinstance(o, type):
+            if not isinstance(module, str) or not module.startswith("volcano_monitor.") or isinstance(o, type):
                 continue
             try:
                 attrs = dict(object.__getattribute__(o, "__dict__"))
@@ -1036,6 +1041,9 @@ def measure(args: argparse.Namespace) -> Obj:
             next_minute = started + 60
             pending_checkpoints = list(CHECKPOINTS)
             rss: dict[str, dict[str, int | None]] = {"exporter": {}, "watchdog": {}}
+            instant: dict[str, dict[str, int | None]] = {"exporter": {}, "watchdog": {}}
+            readings: dict[str, list[tuple[float, int]]] = {"exporter": [], "watchdog": []}
+            next_reading = started
             population: dict[str, dict[str, int]] = {}
             timeline: list[Obj] = []
             dumps_requested = 0
@@ -1052,6 +1060,13 @@ def measure(args: argparse.Namespace) -> Obj:
                 sim.call(churn.step)
                 step_seconds.append(time.perf_counter() - t0)
                 elapsed = now - started
+                if now >= next_reading:
+                    next_reading += RSS_SAMPLE_SECONDS
+                    for child in children:
+                        value = read_rss(child.pid)
+                        if value is not None:
+                            kept = [r for r in readings[child.name] if r[0] > now - RSS_WINDOW_SECONDS]
+                            readings[child.name] = [*kept, (now, value)]
                 if now >= next_minute:
                     next_minute += 60
                     pop = sim.call(churn.population)
@@ -1063,8 +1078,10 @@ def measure(args: argparse.Namespace) -> Obj:
                         f"max lag {churn.max_lag:.2f} s")
                 while pending_checkpoints and elapsed >= duration * pending_checkpoints[0] / 100:
                     percent = str(pending_checkpoints.pop(0))
-                    rss["exporter"][percent] = read_rss(exporter.pid)
-                    rss["watchdog"][percent] = read_rss(watchdog.pid)
+                    for child in children:
+                        instant[child.name][percent] = read_rss(child.pid)
+                        values = sorted(v for _, v in readings[child.name]) or [instant[child.name][percent] or 0]
+                        rss[child.name][percent] = values[len(values) // 2] or None
                     population[percent] = sim.call(churn.population)
                     log(f"{percent}%: exporter {rss['exporter'][percent]} B, watchdog {rss['watchdog'][percent]} B, "
                         f"live {population[percent]}")
@@ -1094,6 +1111,8 @@ def measure(args: argparse.Namespace) -> Obj:
         result: Obj = {
             "exporter_rss_bytes": rss["exporter"],
             "watchdog_rss_bytes": rss["watchdog"],
+            "exporter_rss_bytes_instant": instant["exporter"],
+            "watchdog_rss_bytes_instant": instant["watchdog"],
             "exporter_rss_growth_ratio": ratio(rss["exporter"]),
             "watchdog_rss_growth_ratio": ratio(rss["watchdog"]),
             "target_rss_growth_ratio": TARGET_RSS_GROWTH_RATIO,
