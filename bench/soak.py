@@ -47,8 +47,9 @@ Measured:
 - cpu_seconds of each process, so that the load of the soak itself can be judged (2 shared cores).
 
 --debug-memory gc|tracemalloc runs both programs under a small bootstrap that dumps, on SIGUSR1, the
-gc object counts by type (and with `tracemalloc`, a snapshot with 10 frames); the dumps are taken at 25
-and 100% and the JSON gets the types and allocation sites that grew most (`memory_debug`). tracemalloc
+gc object counts by type, the allocator's figures (pymalloc blocks, glibc heap in use and free) and, with
+`tracemalloc`, a snapshot with 10 frames; the dumps are taken at 25 and 100% and the JSON gets the
+types and allocation sites that grew most (`memory_debug`). tracemalloc
 slows the programs and inflates their RSS: the ratios of a debug run are not the measurement.
 """
 
@@ -753,6 +754,22 @@ import collections, gc, itertools, json, os, signal, sys, threading, tracemalloc
 if os.environ.get("SOAK_TRACEMALLOC") == "1":
     tracemalloc.start(10)
 _seq = itertools.count(1)
+def _allocator():
+    # Where the bytes are that no Python object shows: pymalloc's blocks (small objects), glibc's heap in
+    # use (big objects, SQLite's page caches and statements) and free (fragmentation).
+    import ctypes, ctypes.util
+    out = {"pymalloc_blocks": sys.getallocatedblocks()}
+    try:
+        class MallInfo2(ctypes.Structure):
+            _fields_ = [(n, ctypes.c_size_t) for n in ("arena", "ordblks", "smblks", "hblks", "hblkhd", "usmblks",
+                                                       "fsmblks", "uordblks", "fordblks", "keepcost")]
+        libc = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6")
+        libc.mallinfo2.restype = MallInfo2
+        info = libc.mallinfo2()
+        out |= {"glibc_in_use_bytes": info.uordblks, "glibc_free_bytes": info.fordblks, "glibc_mmap_bytes": info.hblkhd}
+    except (OSError, AttributeError):
+        pass
+    return out
 def _dump():
     base = os.path.join(os.environ["SOAK_DUMP_DIR"], str(next(_seq)))
     try:
@@ -782,7 +799,7 @@ def _dump():
         del objects
         if tracemalloc.is_tracing():
             tracemalloc.take_snapshot().dump(base + ".snap")
-        out = {"gc": counts, "garbage": len(gc.garbage), "containers": sizes}
+        out = {"gc": counts, "garbage": len(gc.garbage), "containers": sizes, "allocator": _allocator()}
     except Exception as exc:
         out = {"error": repr(exc)}
     with open(base + ".tmp", "w") as f:
@@ -942,7 +959,9 @@ def compare_dumps(first: Path, last: Path, top: int = 15) -> Obj:
         return {"errors": [before.get("error"), after.get("error")]}
     growth = Counter(after["gc"])
     growth.subtract(before["gc"])
-    out: Obj = {"gc_objects_growth": dict(growth.most_common(top)), "gc_garbage": after["garbage"]}
+    out: Obj = {"gc_objects_growth": dict(growth.most_common(top)), "gc_garbage": after["garbage"],
+                "allocator": {k: {"at_25": before.get("allocator", {}).get(k), "at_100": v}
+                              for k, v in after.get("allocator", {}).items()}}
     lengths = {k: (before["containers"].get(k, 0), n) for k, n in after["containers"].items()}
     out["container_lengths_growth"] = {k: {"at_25": a, "at_100": b} for k, (a, b) in
                                        sorted(lengths.items(), key=lambda kv: kv[1][0] - kv[1][1])[:top]}
