@@ -69,8 +69,9 @@ class Observer:
         # Other consumers of usage samples, called with (source, samples): GPU idle seconds (DCGM data
         # from the Prometheus source), the nodes' view (NodeHot from pods' usage).
         self.sample_consumers: list[Callable[[str, Any], None]] = []
-        # Others holding per-pod state, told (namespace, name) when a pod is deleted (the nodes' view).
-        self.pod_gone: list[Callable[[str, str], None]] = []
+        # Holders of per-pod state, told (namespace, name) when a pod is deleted: the recorder's integration
+        # state, and the nodes' view where NodeHot runs.
+        self.pod_gone: list[Callable[[str, str], None]] = [recorder.forget_pod]
 
     def observe(self, what: str, event_type: str, obj: Any) -> list[Write]:
         writes: list[Write] = []
@@ -90,7 +91,6 @@ class Observer:
             signals = self.failures.on_pod(event_type, pod)
             self._note_ooms(event_type, pod)
             if event_type == DELETED:
-                self.recorder.forget_pod(pod.namespace, pod.name)
                 for forget in self.pod_gone:
                     forget(pod.namespace, pod.name)
         elif what == "podgroups":

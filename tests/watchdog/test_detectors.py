@@ -546,7 +546,6 @@ def test_job_idle_reads_only_new_buckets_and_agrees_with_a_fresh_read(engine: En
     assert sorted((s.fingerprint, s.summary) for s in got) == sorted((s.fingerprint, s.summary) for s in fresh)
 
 
-
 def test_job_idle_forgets_the_figures_of_runs_gone_from_the_cluster(engine: Engine) -> None:
     """The cache holds the window of the runs that exist, not of every run that had usage in it: a busy
     hour's finished jobs (thousands) would otherwise stay in memory for the whole window. Until the informers

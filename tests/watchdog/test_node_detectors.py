@@ -167,7 +167,6 @@ def test_node_hot_can_sum_the_pods_usage_where_there_is_no_metrics_server() -> N
     assert NodeHotDetector(NodeHotSettings(), table, index).check(now) == []  # no NodeMetrics polled
 
 
-
 def test_a_deleted_pods_usage_is_forgotten_at_once(engine: Engine, database_url: str) -> None:
     """The watchdog's observer tells the nodes' view when a pod is deleted: the 15-minute TTL alone kept
     every pod deleted in that time (35,000 in bench/soak.py's compressed day)."""
