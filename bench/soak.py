@@ -747,7 +747,7 @@ def setup_cluster(store: Store, nodes: int) -> None:
 
 # --debug-memory: run the CLI's main() after installing a SIGUSR1 handler that dumps, on a thread of its
 # own, into $SOAK_DUMP_DIR/<n>.json (and <n>.snap): gc object counts by type; the length of every
-# dict/list/set/deque attribute of the project's objects (volcano_monitor.*) holding >= 100 items,
+# dict/list/set/deque attribute of the project's objects and modules (volcano_monitor.*) holding >= 100 items,
 # as "module.Class.attribute" (the largest when a class has several instances); a tracemalloc snapshot.
 BOOTSTRAP = r"""
 import collections, gc, itertools, json, os, signal, sys, threading, tracemalloc
@@ -756,7 +756,7 @@ if os.environ.get("SOAK_TRACEMALLOC") == "1":
 _seq = itertools.count(1)
 def _allocator():
     # Where the bytes are that no Python object shows: pymalloc's blocks (small objects), glibc's heap in
-    # use (big objects, SQLite's page caches and statements) and free (fragmentation).
+    # use (big objects, SQLite's page caches and statements) and free (fragmentation), and SQLite's share.
     import ctypes, ctypes.util
     out = {"pymalloc_blocks": sys.getallocatedblocks()}
     try:
@@ -769,14 +769,26 @@ def _allocator():
         out |= {"glibc_in_use_bytes": info.uordblks, "glibc_free_bytes": info.fordblks, "glibc_mmap_bytes": info.hblkhd}
     except (OSError, AttributeError):
         pass
+    try:  # SQLite's own allocations (page caches, schemas, prepared statements), the same library _sqlite3 uses
+        sqlite = ctypes.CDLL(ctypes.util.find_library("sqlite3") or "libsqlite3.so.0")
+        sqlite.sqlite3_memory_used.restype = sqlite.sqlite3_memory_highwater.restype = ctypes.c_int64
+        out |= {"sqlite_bytes": sqlite.sqlite3_memory_used(), "sqlite_highwater_bytes": sqlite.sqlite3_memory_highwater(0)}
+    except (OSError, AttributeError):
+        pass
     return out
+def _measure(key, value, sizes, capacities):
+    # A container's length, and its own table's bytes (a dict or set keeps the capacity of its busiest moment
+    # until it next resizes): the largest when a class has several instances.
+    if isinstance(value, (dict, list, set, frozenset, collections.deque)) and len(value) >= 100:
+        sizes[key] = max(sizes.get(key, 0), len(value))
+        capacities[key] = max(capacities.get(key, 0), sys.getsizeof(value))
 def _dump():
     base = os.path.join(os.environ["SOAK_DUMP_DIR"], str(next(_seq)))
     try:
         gc.collect()
         objects = gc.get_objects()
         counts = collections.Counter(f"{type(o).__module__!s}.{type(o).__qualname__!s}" for o in objects)
-        sizes = {}
+        sizes, capacities = {}, {}
         for o in objects:
             t = type(o)
             module = t.__module__
@@ -793,13 +805,17 @@ def _dump():
                     except Exception:
                         pass
             for name, value in attrs.items():
-                if isinstance(value, (dict, list, set, frozenset, collections.deque)) and len(value) >= 100:
-                    key = f"{module}.{t.__qualname__}.{name}"
-                    sizes[key] = max(sizes.get(key, 0), len(value))
+                _measure(f"{module}.{t.__qualname__}.{name}", value, sizes, capacities)
         del objects
+        for module_name, module in list(sys.modules.items()):  # module-level caches (e.g. shared tuples)
+            if module_name.startswith("volcano_monitor."):
+                for name, value in list(vars(module).items()):
+                    if not name.startswith("__"):
+                        _measure(f"{module_name}.{name}", value, sizes, capacities)
         if tracemalloc.is_tracing():
             tracemalloc.take_snapshot().dump(base + ".snap")
-        out = {"gc": counts, "garbage": len(gc.garbage), "containers": sizes, "allocator": _allocator()}
+        out = {"gc": counts, "garbage": len(gc.garbage), "containers": sizes, "container_bytes": capacities,
+               "allocator": _allocator()}
     except Exception as exc:
         out = {"error": repr(exc)}
     with open(base + ".tmp", "w") as f:
@@ -965,6 +981,11 @@ def compare_dumps(first: Path, last: Path, top: int = 15) -> Obj:
     lengths = {k: (before["containers"].get(k, 0), n) for k, n in after["containers"].items()}
     out["container_lengths_growth"] = {k: {"at_25": a, "at_100": b} for k, (a, b) in
                                        sorted(lengths.items(), key=lambda kv: kv[1][0] - kv[1][1])[:top]}
+    capacities = {k: (before.get("container_bytes", {}).get(k, 0), n) for k, n in after.get("container_bytes", {}).items()}
+    out["container_bytes_growth"] = {k: {"at_25": a, "at_100": b} for k, (a, b) in
+                                     sorted(capacities.items(), key=lambda kv: kv[1][0] - kv[1][1])[:top]}
+    out["container_bytes_total"] = {"at_25": sum(before.get("container_bytes", {}).values()),
+                                    "at_100": sum(capacities[k][1] for k in capacities)}
     snap_a, snap_b = first.with_suffix(".snap"), last.with_suffix(".snap")
     if snap_a.exists() and snap_b.exists():
         import tracemalloc
