@@ -1,6 +1,10 @@
 from __future__ import annotations
 
+import ctypes
+import ctypes.util
+import threading
 from datetime import UTC, datetime
+from pathlib import Path
 
 import pytest
 from alembic.autogenerate import compare_metadata
@@ -85,3 +89,51 @@ def test_migrate_command_reports_an_unreachable_database() -> None:
                             capture_output=True, text=True, timeout=60)
     assert result.returncode == 1 and "Connection refused" in result.stderr
     assert "secret" not in result.stderr and len(result.stderr.strip().splitlines()) == 1
+
+
+def _sqlite_memory_used() -> int:
+    """SQLite's own allocations in this process (page caches above all), from the library _sqlite3 uses."""
+    library = ctypes.CDLL(ctypes.util.find_library("sqlite3") or "libsqlite3.so.0")
+    library.sqlite3_memory_used.restype = ctypes.c_int64
+    return int(library.sqlite3_memory_used())
+
+
+def test_sqlite_keeps_two_warm_connections_however_many_threads_used_it(tmp_path: Path) -> None:
+    """Each kept connection holds a page cache of up to 2 MiB: with SQLAlchemy's default pool (five
+    kept, handed out in turn) they all filled as the database grew, the watchdog's slow growth in
+    bench/soak.py. Busy moments may open more; giving them back closes all but two."""
+    engine = make_engine(f"sqlite:///{tmp_path}/w.db")
+    with engine.begin() as connection:
+        connection.exec_driver_sql("CREATE TABLE t (id INTEGER PRIMARY KEY, payload TEXT)")
+        connection.exec_driver_sql("INSERT INTO t (payload) SELECT printf('%.500c', 'x') FROM "
+                                   "(WITH RECURSIVE n(i) AS (SELECT 1 UNION ALL SELECT i + 1 FROM n WHERE i < 30000) "
+                                   "SELECT i FROM n)")
+    baseline = _sqlite_memory_used()
+    barrier = threading.Barrier(5)
+
+    def scan() -> None:  # five threads read the whole table at once: five connections, five full caches
+        with engine.connect() as connection:
+            barrier.wait(timeout=30)
+            assert connection.exec_driver_sql("SELECT count(*), sum(length(payload)) FROM t").one()[0] == 30000
+            barrier.wait(timeout=30)
+
+    threads = [threading.Thread(target=scan) for _ in range(5)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(timeout=60)
+    assert engine.pool.checkedin() == 2  # type: ignore[attr-defined]
+    cache_bytes = 2000 * 1024  # SQLite's default cache_size (-2000 KiB) per connection
+    assert _sqlite_memory_used() - baseline < 2 * cache_bytes + 1024 * 1024
+    with engine.connect() as first:  # the last connection given back is the next handed out: it is warm
+        warm = first.connection.dbapi_connection
+    with engine.connect() as second:
+        assert second.connection.dbapi_connection is warm
+    engine.dispose()
+
+
+def test_an_in_memory_sqlite_database_still_opens() -> None:
+    engine = make_engine("sqlite://")
+    with engine.connect() as connection:
+        assert connection.exec_driver_sql("SELECT 1").scalar() == 1
+    engine.dispose()

@@ -22,12 +22,17 @@ from alembic import command
 from alembic.config import Config
 from alembic.runtime.migration import MigrationContext
 from alembic.script import ScriptDirectory
-from sqlalchemy import Connection, Engine, create_engine, event, text
+from sqlalchemy import URL, Connection, Engine, create_engine, event, make_url, text
 from sqlalchemy.engine.interfaces import DBAPIConnection
 from sqlalchemy.exc import SQLAlchemyError
 from sqlalchemy.pool import ConnectionPoolEntry
 
 MIGRATIONS = Path(__file__).resolve().parent / "migrations"
+# A SQLite file's pool: each open connection keeps its own page cache (2 MiB by default), which fills as
+# the database grows. SQLAlchemy's default (5 kept, handed out in turn) let every thread warm all five,
+# ~10 MB that grew for the whole of bench/soak.py. Two kept, the last returned handed out first: the
+# writer and one reader keep warm caches; a busier moment opens more, closed when given back.
+SQLITE_POOL_SIZE, SQLITE_POOL_OVERFLOW = 2, 13
 # pg_advisory_lock key of schema migrations: any fixed bigint, the same in every replica and version
 # ("vmwdmigr" in ASCII), unlikely to meet another application's key in a shared database.
 MIGRATION_LOCK_KEY = 0x766D_7764_6D69_6772
@@ -37,6 +42,9 @@ def make_engine(url: str, **kwargs: Any) -> Engine:
     if url.startswith("postgresql://"):
         url = "postgresql+psycopg://" + url[len("postgresql://"):]
     if url.startswith("sqlite"):
+        if not _sqlite_in_memory(make_url(url)):
+            kwargs = {"pool_size": SQLITE_POOL_SIZE, "max_overflow": SQLITE_POOL_OVERFLOW,
+                      "pool_use_lifo": True} | kwargs
         engine = create_engine(url, connect_args={"timeout": 30, "check_same_thread": False}, **kwargs)
 
         @event.listens_for(engine, "connect")
@@ -141,8 +149,7 @@ def _sqlite_file_lock(engine: Engine) -> Iterator[None]:
     removing a lock file others may have open would let two holders in). None for an in-memory
     database, which no other process can see."""
     database = engine.url.database or ""
-    if engine.dialect.name != "sqlite" or database in ("", ":memory:") or database.startswith("file::memory:") \
-            or engine.url.query.get("mode") == "memory":
+    if engine.dialect.name != "sqlite" or _sqlite_in_memory(engine.url):
         yield
         return
     with open(f"{database}.migrate.lock", "a") as handle:
@@ -151,3 +158,9 @@ def _sqlite_file_lock(engine: Engine) -> Iterator[None]:
             yield
         finally:
             fcntl.flock(handle, fcntl.LOCK_UN)
+
+
+def _sqlite_in_memory(url: URL) -> bool:
+    """An in-memory SQLite database: one connection's own, no file (SQLAlchemy gives it a singleton pool)."""
+    database = url.database or ""
+    return database in ("", ":memory:") or database.startswith("file::memory:") or url.query.get("mode") == "memory"
