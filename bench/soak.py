@@ -47,10 +47,12 @@ Measured:
 - cpu_seconds of each process, so that the load of the soak itself can be judged (2 shared cores).
 
 --debug-memory gc|tracemalloc runs both programs under a small bootstrap that dumps, on SIGUSR1, the
-gc object counts by type, the allocator's figures (pymalloc blocks, glibc heap in use and free) and, with
-`tracemalloc`, a snapshot with 10 frames; the dumps are taken at 25 and 100% and the JSON gets the
-types and allocation sites that grew most (`memory_debug`). tracemalloc
-slows the programs and inflates their RSS: the ratios of a debug run are not the measurement.
+gc object counts by type, the allocator's figures (pymalloc blocks, glibc heap in use, free and mmapped,
+SQLite's own), the length and table bytes of the project's large containers and, with `tracemalloc`, a
+snapshot with 10 frames; the dumps are taken at 25 and 100% and the JSON gets the types, containers and
+allocation sites that grew most (`memory_debug`). A dump is taken after its checkpoint's readings, and
+what it allocates (a list of every object, ~8 MB) raises the readings after it; tracemalloc also slows
+the programs: the ratios of a debug run are not the measurement.
 """
 
 from __future__ import annotations
