@@ -34,18 +34,23 @@ _SHARED: dict[Resources, Resources] = {}
 _SHARED_MAX = 65536
 
 
-def res_from(values: Mapping[str, float]) -> Resources:
-    """A ``Resources`` from a mapping (names interned, equal lists shared)."""
+def res_from(values: Mapping[str, float], share: bool = True) -> Resources:
+    """A ``Resources`` from a mapping (names interned, equal lists shared).
+
+    ``share=False`` for amounts that change all the time (a queue's ``status.allocated``, sums): each
+    would be a new entry of the shared table, which then grew for a day before it was cleared (up to 17 MB),
+    and nothing else would ever hold the same value."""
     if not values:
         return NO_RESOURCES
     res = tuple(sorted(values.items()))
     shared = _SHARED.get(res)
     if shared is not None:
         return shared
-    if len(_SHARED) >= _SHARED_MAX:
-        _SHARED.clear()
     res = tuple([(intern(k), v) for k, v in res])
-    _SHARED[res] = res
+    if share:
+        if len(_SHARED) >= _SHARED_MAX:
+            _SHARED.clear()
+        _SHARED[res] = res
     return res
 
 
@@ -79,25 +84,25 @@ def res_add(a: Resources, b: Resources) -> Resources:
         return b
     acc = dict(a)
     _add_into(acc, b)
-    return res_from(acc)
+    return res_from(acc, share=False)
 
 
 def res_sum(items: Iterable[Resources]) -> Resources:
     acc: dict[str, float] = {}
     for r in items:
         _add_into(acc, r)
-    return res_from(acc)
+    return res_from(acc, share=False)
 
 
 def res_max(a: Resources, b: Resources) -> Resources:
     """Per resource maximum (a resource missing on one side counts as absent, not 0)."""
     acc = dict(a)
     _max_into(acc, dict(b))
-    return res_from(acc)
+    return res_from(acc, share=False)
 
 
 def res_scale(a: Resources, factor: float) -> Resources:
-    return res_from({k: v * factor for k, v in a})
+    return res_from({k: v * factor for k, v in a}, share=False)
 
 
 def read_resource_list(d: Mapping[str, Any], key: str, path: str, probs: list[str]) -> dict[str, float]:

@@ -644,3 +644,22 @@ def test_huge_labels_and_unicode_survive() -> None:
     )
     node = parse_node({"metadata": {"name": "ノード", "labels": {"ключ": "значение", "k": "v" * 100_000}}})
     assert node.labels == {"ключ": "значение", "k": "v" * 100_000}
+
+
+def test_amounts_that_keep_changing_stay_out_of_the_shared_table() -> None:
+    """Queues' status.allocated and every sum were entries of the shared table: a new one per queue
+    update or per sum, so the table grew for a day (up to 17 MB) before it was cleared."""
+    from volcano_monitor.core import podrequests
+
+    requests = res_from({"cpu": 2.0, "memory": 4.0})
+    before = len(podrequests._SHARED)
+    for i in range(1000):
+        queue = parse_queue({"metadata": {"name": "q", "uid": "u", "resourceVersion": str(i)},
+                             "status": {"allocated": {"cpu": f"{i}m", "memory": f"{i}Mi"}}})
+        assert res_get(queue.allocated, "cpu") == i / 1000
+        assert res_add(requests, res_from({"cpu": i + 0.5}, share=False))[0] == ("cpu", i + 2.5)
+        res_sum([requests, (("cpu", float(i)),)])
+        res_max(requests, (("cpu", float(i)),))
+        res_scale(requests, i + 0.25)
+    assert len(podrequests._SHARED) == before
+    assert res_from({"memory": 4.0, "cpu": 2.0}) is requests  # requests from specs are still shared
