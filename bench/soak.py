@@ -771,10 +771,11 @@ def _allocator():
         out |= {"glibc_in_use_bytes": info.uordblks, "glibc_free_bytes": info.fordblks, "glibc_mmap_bytes": info.hblkhd}
     except (OSError, AttributeError):
         pass
-    try:  # SQLite's own allocations (page caches, schemas, prepared statements), the same library _sqlite3 uses
+    try:  # SQLite's own allocations (page caches, schemas, statements), where _sqlite3 links it dynamically
         sqlite = ctypes.CDLL(ctypes.util.find_library("sqlite3") or "libsqlite3.so.0")
         sqlite.sqlite3_memory_used.restype = sqlite.sqlite3_memory_highwater.restype = ctypes.c_int64
-        out |= {"sqlite_bytes": sqlite.sqlite3_memory_used(), "sqlite_highwater_bytes": sqlite.sqlite3_memory_highwater(0)}
+        out |= {"sqlite_bytes": sqlite.sqlite3_memory_used(),
+                "sqlite_highwater_bytes": sqlite.sqlite3_memory_highwater(0)}
     except (OSError, AttributeError):
         pass
     return out
@@ -983,7 +984,8 @@ def compare_dumps(first: Path, last: Path, top: int = 15) -> Obj:
     lengths = {k: (before["containers"].get(k, 0), n) for k, n in after["containers"].items()}
     out["container_lengths_growth"] = {k: {"at_25": a, "at_100": b} for k, (a, b) in
                                        sorted(lengths.items(), key=lambda kv: kv[1][0] - kv[1][1])[:top]}
-    capacities = {k: (before.get("container_bytes", {}).get(k, 0), n) for k, n in after.get("container_bytes", {}).items()}
+    capacities = {k: (before.get("container_bytes", {}).get(k, 0), n)
+                  for k, n in after.get("container_bytes", {}).items()}
     out["container_bytes_growth"] = {k: {"at_25": a, "at_100": b} for k, (a, b) in
                                      sorted(capacities.items(), key=lambda kv: kv[1][0] - kv[1][1])[:top]}
     out["container_bytes_total"] = {"at_25": sum(before.get("container_bytes", {}).values()),

@@ -30,8 +30,8 @@ from sqlalchemy.pool import ConnectionPoolEntry
 MIGRATIONS = Path(__file__).resolve().parent / "migrations"
 # A SQLite file's pool: each open connection keeps its own page cache (2 MiB by default), which fills as
 # the database grows. SQLAlchemy's default (5 kept, handed out in turn) let every thread warm all five,
-# ~10 MB that grew for the whole of bench/soak.py. Two kept, the last returned handed out first: the
-# writer and one reader keep warm caches; a busier moment opens more, closed when given back.
+# ~10 MB that grew for the whole of bench/soak.py. Two kept, the last returned handed out first: the two
+# most recently used stay warm; a busier moment opens more, closed when given back.
 SQLITE_POOL_SIZE, SQLITE_POOL_OVERFLOW = 2, 13
 # pg_advisory_lock key of schema migrations: any fixed bigint, the same in every replica and version
 # ("vmwdmigr" in ASCII), unlikely to meet another application's key in a shared database.
@@ -42,7 +42,7 @@ def make_engine(url: str, **kwargs: Any) -> Engine:
     if url.startswith("postgresql://"):
         url = "postgresql+psycopg://" + url[len("postgresql://"):]
     if url.startswith("sqlite"):
-        if not _sqlite_in_memory(make_url(url)):
+        if "poolclass" not in kwargs and not _sqlite_in_memory(make_url(url)):
             kwargs = {"pool_size": SQLITE_POOL_SIZE, "max_overflow": SQLITE_POOL_OVERFLOW,
                       "pool_use_lifo": True} | kwargs
         engine = create_engine(url, connect_args={"timeout": 30, "check_same_thread": False}, **kwargs)
@@ -161,6 +161,7 @@ def _sqlite_file_lock(engine: Engine) -> Iterator[None]:
 
 
 def _sqlite_in_memory(url: URL) -> bool:
-    """An in-memory SQLite database: one connection's own, no file (SQLAlchemy gives it a singleton pool)."""
+    """An in-memory SQLite database: no file, and SQLAlchemy's own pool for it (one connection per thread,
+    or a shared-cache `file::memory:` URI's pool) is kept."""
     database = url.database or ""
     return database in ("", ":memory:") or database.startswith("file::memory:") or url.query.get("mode") == "memory"
