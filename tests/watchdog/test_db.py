@@ -10,7 +10,7 @@ import pytest
 from alembic.autogenerate import compare_metadata
 from alembic.migration import MigrationContext
 from alembic.script import ScriptDirectory
-from sqlalchemy import Engine, inspect
+from sqlalchemy import Engine, create_engine, inspect
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Session
 
@@ -138,7 +138,12 @@ def test_sqlite_keeps_two_warm_connections_however_many_threads_used_it(tmp_path
 @pytest.mark.parametrize("url", ["sqlite://", "sqlite:///:memory:",
                                  "sqlite:///file::memory:?cache=shared&uri=true"])
 def test_an_in_memory_sqlite_database_keeps_sqlalchemys_pool(url: str) -> None:
-    engine = make_engine(url)
+    """Its pool is what SQLAlchemy picks for the URL (one connection per thread, or the shared-cache
+    URI's pool): two kept connections would drop the database whenever the others closed."""
+    engine, default = make_engine(url), create_engine(url)
+    assert type(engine.pool) is type(default.pool)
+    assert engine.pool.status().split(" ", 2)[2:] == default.pool.status().split(" ", 2)[2:]  # sizes, not ids
     with engine.connect() as connection:
         assert connection.exec_driver_sql("SELECT 1").scalar() == 1
     engine.dispose()
+    default.dispose()

@@ -97,7 +97,7 @@ def check_readable(engine: Engine) -> None:
     SQLite file or migrate (a typo in --database-url would otherwise print "no history" from an empty
     database it just made)."""
     database = engine.url.database or ""
-    if engine.dialect.name == "sqlite" and database not in ("", ":memory:") and not Path(database).is_file():
+    if engine.dialect.name == "sqlite" and not _sqlite_in_memory(engine.url) and not Path(database).is_file():
         raise NotReadable(f"no database at {database} (the watchdog creates it; check --database-url)")
     head = ScriptDirectory.from_config(alembic_config(engine)).get_current_head()
     with engine.connect() as connection:
