@@ -14,6 +14,7 @@ from sqlalchemy.orm import Session
 
 from tests.watchdog.test_detectors import job, oom, pod
 from volcano_monitor.core.model import parse_job, parse_pod
+from volcano_monitor.watchdog import alerts as alerts_module
 from volcano_monitor.watchdog.alerts import AlertBook, Transition
 from volcano_monitor.watchdog.config import Detectors
 from volcano_monitor.watchdog.db.models import Alert, JobRun
@@ -118,6 +119,21 @@ def test_once_per_run_kinds_never_fire_twice_even_after_a_restart(engine: Engine
         assert apply(engine, book, [sig(kind)], at(2)) == []
         assert apply(engine, loaded(engine), [sig(kind)], at(3)) == []  # a new process, same database
     assert [r.state for r in rows(engine)] == ["resolved"] * 3
+
+
+def test_a_once_per_run_fingerprint_forgotten_by_the_cache_still_never_fires_twice(
+        engine: Engine, monkeypatch: pytest.MonkeyPatch) -> None:
+    # The remembered fingerprints are a bounded cache in front of the database: past the cap the oldest
+    # are forgotten (memory stays flat over months), and the database still answers for them.
+    monkeypatch.setattr(alerts_module, "KNOWN_MAX", 3)
+    book = AlertBook()
+    keys = [f"run-{i}" for i in range(5)]
+    for i, key in enumerate(keys):
+        assert apply(engine, book, [sig("JobFailed", key)], at(i)) == [(None, "firing")]
+        assert apply(engine, book, [sig("JobFailed", key, active=False)], at(i + 0.5)) == [("firing", "resolved")]
+    assert list(book._known) == [sig("JobFailed", k).fingerprint for k in keys[-3:]]
+    assert apply(engine, book, [sig("JobFailed", k) for k in keys], at(10)) == []
+    assert len(book._known) == 3 and [r.state for r in rows(engine)] == ["resolved"] * 5
 
 
 def test_restart_replaying_the_same_signals_is_idempotent(engine: Engine) -> None:
