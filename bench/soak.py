@@ -47,9 +47,10 @@ Measured:
 - cpu_seconds of each process, so that the load of the soak itself can be judged (2 shared cores).
 
 --debug-memory gc|tracemalloc runs both programs under a small bootstrap that dumps, on SIGUSR1, the
-gc object counts by type, the allocator's figures (pymalloc blocks, glibc heap in use, free and mmapped,
-SQLite's own), the length and table bytes of the project's large containers and, with `tracemalloc`, a
-snapshot with 10 frames; the dumps are taken at 25 and 100% and the JSON gets the types, containers and
+gc object counts by type, the allocator's figures (pymalloc blocks, arenas and free bytes, glibc heap in
+use, free and mmapped, SQLite's own, and the RSS that glibc's malloc_trim(0) gives back: the dump trims),
+the length and table bytes of the project's large containers and, with `tracemalloc`, a snapshot with 10
+frames; the dumps are taken at 25 and 100% and the JSON gets the types, containers and
 allocation sites that grew most (`memory_debug`). A dump is taken after its checkpoint's readings, and
 what it allocates (a list of every object, ~8 MB) raises the readings after it; tracemalloc also slows
 the programs: the ratios of a debug run are not the measurement.
@@ -785,10 +786,44 @@ def _measure(key, value, sizes, capacities):
     if isinstance(value, (dict, list, set, frozenset, collections.deque)) and len(value) >= 100:
         sizes[key] = max(sizes.get(key, 0), len(value))
         capacities[key] = max(capacities.get(key, 0), sys.getsizeof(value))
+def _rss():
+    with open("/proc/self/status") as f:
+        return next(int(line.split()[1]) * 1024 for line in f if line.startswith("VmRSS:"))
+def _pymalloc():
+    # pymalloc's own account (sys._debugmallocstats, written to fd 2): its arenas and the bytes in used and
+    # free blocks; arenas that a few live blocks keep mapped show as free bytes growing with the arenas.
+    import tempfile
+    keys = {"# arenas allocated current": "arenas", "# bytes in allocated blocks": "allocated_bytes",
+            "# bytes in available blocks": "available_bytes", "# bytes in empty pools": "empty_pool_bytes",
+            "# bytes lost to pool headers": "pool_header_bytes", "# bytes lost to quantization": "quantization_bytes"}
+    with tempfile.TemporaryFile("w+") as f:
+        saved = os.dup(2)
+        try:
+            sys.stderr.flush()
+            os.dup2(f.fileno(), 2)
+            sys._debugmallocstats()
+        finally:
+            os.dup2(saved, 2)
+            os.close(saved)
+        f.seek(0)
+        out = {}
+        for line in f:
+            name, _, value = line.rpartition("=")
+            if name.strip() in keys:
+                out[keys[name.strip()]] = int(value.strip().replace(",", ""))
+        return out
+def _trim():
+    # What glibc gives back when asked (malloc_trim(0)): free pages still resident in its heaps.
+    import ctypes, ctypes.util
+    before = _rss()
+    ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6").malloc_trim(0)
+    return {"rss_before_trim": before, "trim_released_bytes": before - _rss()}
 def _dump():
     base = os.path.join(os.environ["SOAK_DUMP_DIR"], str(next(_seq)))
     try:
         gc.collect()
+        early = _allocator() | {"pymalloc_" + k: v for k, v in _pymalloc().items()}
+        early |= _trim()
         objects = gc.get_objects()
         counts = collections.Counter(f"{type(o).__module__!s}.{type(o).__qualname__!s}" for o in objects)
         sizes, capacities = {}, {}
@@ -818,7 +853,7 @@ def _dump():
         if tracemalloc.is_tracing():
             tracemalloc.take_snapshot().dump(base + ".snap")
         out = {"gc": counts, "garbage": len(gc.garbage), "containers": sizes, "container_bytes": capacities,
-               "allocator": _allocator()}
+               "allocator": early}
     except Exception as exc:
         out = {"error": repr(exc)}
     with open(base + ".tmp", "w") as f:
