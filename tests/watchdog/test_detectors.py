@@ -9,7 +9,7 @@ from dataclasses import replace
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
-from sqlalchemy import Engine, update
+from sqlalchemy import Engine, event, update
 from sqlalchemy.orm import Session
 
 from volcano_monitor.core.model import parse_job, parse_pod, parse_podgroup, parse_queue
@@ -573,6 +573,30 @@ def test_job_idle_forgets_the_figures_of_runs_gone_from_the_cluster(engine: Engi
     assert cached() == {"idle"}
     assert {s.details["job_uid"] for s in got} == {"idle"}
     assert [s for s in got] == [s for s in fresh if s.details["job_uid"] == "idle"]
+
+
+def test_over_requested_reads_columns_not_a_day_of_job_run_objects(engine: Engine) -> None:
+    # The report window holds a day of runs and the check runs every minute: it streams the columns a
+    # signal needs. Whole JobRun objects for every matching run were tens of MB built and dropped each time.
+    with Session(engine) as session, session.begin():
+        for i in range(300):
+            ledger(session, f"run-{i}", f"short-{i:04d}-abcd", finished=NOW - timedelta(seconds=600), ran=60 + i,
+                   requested_cpu_cores=4, cpu_core_seconds_requested=4.0 * 600, cpu_core_seconds_used=1.0)
+        ledger(session, "long", "long-abcd", finished=NOW - timedelta(seconds=600), ran=1200, requested_cpu_cores=4,
+               cpu_core_seconds_requested=4.0 * 1200, cpu_core_seconds_used=1.0)
+    loaded: list[object] = []
+
+    def on_load(target: object, _: object) -> None:
+        loaded.append(target)
+
+    event.listen(JobRun, "load", on_load)
+    try:
+        with Session(engine) as session:
+            signals = WasteDetector(SETTINGS).check(session, NOW)
+    finally:
+        event.remove(JobRun, "load", on_load)
+    assert [s.details["job_uid"] for s in signals if s.kind == "OverRequested"] == ["long"]
+    assert loaded == []
 
 
 def test_over_requested(engine: Engine) -> None:

@@ -150,6 +150,14 @@ class _BucketCache:
         return out
 
 
+# What an OverRequested signal reads of a run.
+_OVER_COLUMNS = (JobRun.uid, JobRun.namespace, JobRun.name, JobRun.queue, JobRun.workload, JobRun.phase,
+                 JobRun.started_at, JobRun.finished_at, JobRun.deleted_at, JobRun.requested_cpu_cores,
+                 JobRun.requested_memory_bytes, JobRun.requested_gpus, JobRun.cpu_core_seconds_requested,
+                 JobRun.cpu_core_seconds_used, JobRun.memory_byte_seconds_requested, JobRun.memory_byte_seconds_used,
+                 JobRun.gpu_seconds_requested, JobRun.gpu_seconds_used)
+
+
 class WasteDetector:
     KINDS = frozenset({JOB_IDLE, OVER_REQUESTED})
 
@@ -303,7 +311,9 @@ class WasteDetector:
         ratio = self.settings.over_requested_ratio
         j = JobRun
         ended = ended_at()  # a run deleted while running ended too: judged from start to deletion
-        query = select(j).where(
+        # Columns, streamed: the report window holds a day of runs (at 300k pods a day, thousands match the
+        # ratio), and whole JobRun objects for all of them, every minute, were tens of MB built and dropped.
+        query = select(*_OVER_COLUMNS).where(
             ended >= now - timedelta(seconds=self.report_seconds),
             ended <= now - timedelta(seconds=self.settle_seconds),
             j.started_at.is_not(None),
@@ -313,7 +323,7 @@ class WasteDetector:
                      j.memory_byte_seconds_used < ratio * j.memory_byte_seconds_requested)),
         )
         signals = []
-        for run in session.scalars(query):
+        for run in session.execute(query.execution_options(yield_per=1000)):
             end = run.finished_at or run.deleted_at
             if run.started_at is None or end is None:
                 continue
@@ -324,7 +334,7 @@ class WasteDetector:
         return signals
 
     @staticmethod
-    def _over_signal(run: JobRun, ran: float, ratio: float) -> Signal:
+    def _over_signal(run: Any, ran: float, ratio: float) -> Signal:  # a row of _OVER_COLUMNS
         used: dict[str, float] = {}
         if run.cpu_core_seconds_requested > 0 and run.cpu_core_seconds_used > 0:
             used["cpu"] = run.cpu_core_seconds_used / run.cpu_core_seconds_requested
