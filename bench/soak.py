@@ -826,6 +826,20 @@ def _dump():
         early |= _trim()
         objects = gc.get_objects()
         counts = collections.Counter(f"{type(o).__module__!s}.{type(o).__qualname__!s}" for o in objects)
+        # Bytes, not counts: what gc tracks by type (sys.getsizeof: a dict's or list's own table), and the
+        # strings and bytes over 512 (glibc's, not pymalloc's) by the type of the first object holding them.
+        nbytes, big = collections.Counter(), collections.Counter()
+        seen = set()
+        for o in objects:
+            name = f"{type(o).__module__!s}.{type(o).__qualname__!s}"
+            nbytes[name] += sys.getsizeof(o)
+            for r in gc.get_referents(o):
+                if isinstance(r, (str, bytes)) and id(r) not in seen:
+                    size = sys.getsizeof(r)
+                    if size > 512:
+                        seen.add(id(r))
+                        big[name] += size
+        del seen
         sizes, capacities = {}, {}
         for o in objects:
             t = type(o)
@@ -852,8 +866,8 @@ def _dump():
                         _measure(f"{module_name}.{name}", value, sizes, capacities)
         if tracemalloc.is_tracing():
             tracemalloc.take_snapshot().dump(base + ".snap")
-        out = {"gc": counts, "garbage": len(gc.garbage), "containers": sizes, "container_bytes": capacities,
-               "allocator": early}
+        out = {"gc": counts, "gc_bytes": nbytes, "big_strings_by_holder": big, "garbage": len(gc.garbage),
+               "containers": sizes, "container_bytes": capacities, "allocator": early}
     except Exception as exc:
         out = {"error": repr(exc)}
     with open(base + ".tmp", "w") as f:
@@ -1014,6 +1028,9 @@ def compare_dumps(first: Path, last: Path, top: int = 15) -> Obj:
     growth = Counter(after["gc"])
     growth.subtract(before["gc"])
     out: Obj = {"gc_objects_growth": dict(growth.most_common(top)), "gc_garbage": after["garbage"],
+                **{f"{key}_growth": dict(sorted(((k, v - before.get(key, {}).get(k, 0))
+                                                 for k, v in after.get(key, {}).items()), key=lambda kv: -kv[1])[:top])
+                   for key in ("gc_bytes", "big_strings_by_holder")},
                 "allocator": {k: {"at_25": before.get("allocator", {}).get(k), "at_100": v}
                               for k, v in after.get("allocator", {}).items()}}
     lengths = {k: (before["containers"].get(k, 0), n) for k, n in after["containers"].items()}
