@@ -794,8 +794,8 @@ def _pymalloc():
     # free blocks; arenas that a few live blocks keep mapped show as free bytes growing with the arenas.
     import tempfile
     keys = {"# arenas allocated current": "arenas", "# bytes in allocated blocks": "allocated_bytes",
-            "# bytes in available blocks": "available_bytes", "# bytes in empty pools": "empty_pool_bytes",
-            "# bytes lost to pool headers": "pool_header_bytes", "# bytes lost to quantization": "quantization_bytes"}
+            "# bytes in available blocks": "available_bytes", "# bytes lost to pool headers": "pool_header_bytes",
+            "# bytes lost to quantization": "quantization_bytes"}
     with tempfile.TemporaryFile("w+") as f:
         saved = os.dup(2)
         try:
@@ -825,21 +825,12 @@ def _dump():
         early = _allocator() | {"pymalloc_" + k: v for k, v in _pymalloc().items()}
         early |= _trim()
         objects = gc.get_objects()
-        counts = collections.Counter(f"{type(o).__module__!s}.{type(o).__qualname__!s}" for o in objects)
-        # Bytes, not counts: what gc tracks by type (sys.getsizeof: a dict's or list's own table), and the
-        # strings and bytes over 512 (glibc's, not pymalloc's) by the type of the first object holding them.
-        nbytes, big = collections.Counter(), collections.Counter()
-        seen = set()
+        # Counts and bytes by type of what gc tracks (sys.getsizeof: a dict's or list's own table).
+        counts, nbytes = collections.Counter(), collections.Counter()
         for o in objects:
             name = f"{type(o).__module__!s}.{type(o).__qualname__!s}"
+            counts[name] += 1
             nbytes[name] += sys.getsizeof(o)
-            for r in gc.get_referents(o):
-                if isinstance(r, (str, bytes)) and id(r) not in seen:
-                    size = sys.getsizeof(r)
-                    if size > 512:
-                        seen.add(id(r))
-                        big[name] += size
-        del seen
         sizes, capacities = {}, {}
         for o in objects:
             t = type(o)
@@ -866,7 +857,7 @@ def _dump():
                         _measure(f"{module_name}.{name}", value, sizes, capacities)
         if tracemalloc.is_tracing():
             tracemalloc.take_snapshot().dump(base + ".snap")
-        out = {"gc": counts, "gc_bytes": nbytes, "big_strings_by_holder": big, "garbage": len(gc.garbage),
+        out = {"gc": counts, "gc_bytes": nbytes, "garbage": len(gc.garbage),
                "containers": sizes, "container_bytes": capacities, "allocator": early}
     except Exception as exc:
         out = {"error": repr(exc)}
@@ -1030,7 +1021,7 @@ def compare_dumps(first: Path, last: Path, top: int = 15) -> Obj:
     out: Obj = {"gc_objects_growth": dict(growth.most_common(top)), "gc_garbage": after["garbage"],
                 **{f"{key}_growth": dict(sorted(((k, v - before.get(key, {}).get(k, 0))
                                                  for k, v in after.get(key, {}).items()), key=lambda kv: -kv[1])[:top])
-                   for key in ("gc_bytes", "big_strings_by_holder")},
+                   for key in ("gc_bytes",)},
                 "allocator": {k: {"at_25": before.get("allocator", {}).get(k), "at_100": v}
                               for k, v in after.get("allocator", {}).items()}}
     lengths = {k: (before["containers"].get(k, 0), n) for k, n in after["containers"].items()}

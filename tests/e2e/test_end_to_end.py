@@ -134,8 +134,8 @@ def test_a_failed_job_reaches_chat_through_the_watchdog_and_through_alertmanager
     assert any(a["status"] == "firing" for a in own) and all(a["url"].startswith("http") for a in own)
 
 
-def query(prometheus: str, expr: str) -> list[dict[str, Any]]:
-    url = f"{prometheus}/api/v1/query?{urllib.parse.urlencode({'query': expr})}"
+def query(prometheus: str, expr: str, path: str = "query", **params: str) -> list[dict[str, Any]]:
+    url = f"{prometheus}/api/v1/{path}?{urllib.parse.urlencode({'query': expr, **params})}"
     with urllib.request.urlopen(url, timeout=10) as response:
         reply = json.load(response)
     assert reply["status"] == "success", reply
@@ -149,12 +149,8 @@ def shows_data(prometheus: str, expr: str, seconds: int = 600) -> bool:
     if query(prometheus, expr):
         return True
     end = time.time()
-    params = {"query": expr, "start": f"{end - seconds:.3f}", "end": f"{end:.3f}", "step": "5"}
-    with urllib.request.urlopen(f"{prometheus}/api/v1/query_range?{urllib.parse.urlencode(params)}",
-                                timeout=10) as response:
-        reply = json.load(response)
-    assert reply["status"] == "success", reply
-    return any(series.get("values") for series in reply["data"]["result"])
+    return any(series.get("values") for series in query(prometheus, expr, "query_range", start=f"{end - seconds:.3f}",
+                                                         end=f"{end:.3f}", step="5"))
 
 
 def test_every_dashboard_panel_has_data(stack: dict[str, Any]) -> None:
