@@ -858,12 +858,61 @@ def _dump():
         if tracemalloc.is_tracing():
             tracemalloc.take_snapshot().dump(base + ".snap")
         out = {"gc": counts, "gc_bytes": nbytes, "garbage": len(gc.garbage),
-               "containers": sizes, "container_bytes": capacities, "allocator": early}
+               "containers": sizes, "container_bytes": capacities, "allocator": early,
+               "peaks": _peaks_report()}
     except Exception as exc:
         out = {"error": repr(exc)}
     with open(base + ".tmp", "w") as f:
         json.dump(out, f)
     os.rename(base + ".tmp", base + ".json")
+_peaks = {"events": 0, "at_peaks": collections.Counter(), "at_random": collections.Counter(), "timeline": []}
+def _where(frames, me, names):
+    # Each thread's innermost project frames, as "thread | [package running] file:function:line < ...".
+    for ident, frame in frames.items():
+        if ident == me:
+            continue
+        where, inner = [], frame.f_code.co_filename.split("/site-packages/")[-1].split("/")[0]
+        while frame is not None and len(where) < 3:
+            code = frame.f_code
+            if "volcano_monitor" in code.co_filename:
+                where.append(f"{code.co_filename.rsplit('/', 1)[-1]}:{code.co_name}:{frame.f_lineno}")
+            frame = frame.f_back
+        yield f"{names.get(ident, ident)} | [{inner}] {' < '.join(where)}"
+def _watch_peaks(after):
+    # Who makes pymalloc grow after the warm-up: at each new high of its allocated blocks, what every other
+    # thread runs, weighted by the blocks the high added; and the same taken once a second at random, so that
+    # a thread waiting in the same place all along (an informer reading its socket) can be told apart from
+    # the one that makes the peaks (`lift`: its share at the peaks over its share at random).
+    import time
+    start, high, me, tick = time.monotonic(), 0, threading.get_ident(), 0
+    while True:
+        time.sleep(0.02)
+        tick += 1
+        blocks = sys.getallocatedblocks()
+        late = time.monotonic() - start >= after
+        names = None
+        if late and tick % 50 == 0:
+            names = {t.ident: t.name for t in threading.enumerate()}
+            _peaks["at_random"].update(_where(sys._current_frames(), me, names))
+        if blocks <= high:
+            continue
+        grown, high = blocks - high, blocks
+        if not late:
+            continue
+        names = names or {t.ident: t.name for t in threading.enumerate()}
+        _peaks["events"] += 1
+        _peaks["timeline"].append((round(time.monotonic() - start), blocks))
+        for key in _where(sys._current_frames(), me, names):
+            _peaks["at_peaks"][key] += grown
+def _peaks_report():
+    peaks, randoms = _peaks["at_peaks"], _peaks["at_random"]
+    total_p, total_r = sum(peaks.values()) or 1, sum(randoms.values()) or 1
+    rows = [{"where": k, "peak_blocks": v, "lift": round((v / total_p) / max(randoms[k] / total_r, 1 / total_r), 2)}
+            for k, v in peaks.items()]
+    rows.sort(key=lambda r: -r["peak_blocks"] * (min(r["lift"], 50) - 1))
+    return {"events": _peaks["events"], "timeline": _peaks["timeline"][-200:], "by_thread_frame": rows[:30]}
+if os.environ.get("SOAK_PEAKS_AFTER"):
+    threading.Thread(target=_watch_peaks, args=(float(os.environ["SOAK_PEAKS_AFTER"]),), daemon=True).start()
 signal.signal(signal.SIGUSR1, lambda *_: threading.Thread(target=_dump, daemon=True).start())
 module = __import__(sys.argv[1] + ".cli", fromlist=["main"])
 sys.exit(module.main(sys.argv[2:]))
@@ -1031,6 +1080,8 @@ def compare_dumps(first: Path, last: Path, top: int = 15) -> Obj:
                   for k, n in after.get("container_bytes", {}).items()}
     out["container_bytes_growth"] = {k: {"at_25": a, "at_100": b} for k, (a, b) in
                                      sorted(capacities.items(), key=lambda kv: kv[1][0] - kv[1][1])[:top]}
+    if after.get("peaks", {}).get("events"):
+        out["peaks_after_25"] = after["peaks"]
     out["container_bytes_total"] = {"at_25": sum(before.get("container_bytes", {}).values()),
                                     "at_100": sum(capacities[k][1] for k in capacities)}
     snap_a, snap_b = first.with_suffix(".snap"), last.with_suffix(".snap")
@@ -1101,6 +1152,8 @@ def measure(args: argparse.Namespace) -> Obj:
                 (workdir / f"dumps-{program}").mkdir()
                 env |= {"SOAK_DUMP_DIR": str(workdir / f"dumps-{program}"),
                         "SOAK_TRACEMALLOC": str(int(args.debug_memory == "tracemalloc"))}
+                if args.debug_memory == "peaks":
+                    env["SOAK_PEAKS_AFTER"] = str(args.minutes * 60 / 4)
                 command = [sys.executable, "-c", BOOTSTRAP, program]
             children.append(Child(program, [*command, *common, "--listen", f"127.0.0.1:{port}", *extra], workdir, env))
         exporter, watchdog = children
@@ -1268,8 +1321,10 @@ def main() -> None:
     parser.add_argument("--seed", type=int, default=12)
     parser.add_argument("--log-level", default="WARNING", choices=("DEBUG", "INFO", "WARNING", "ERROR"),
                         help="log level of the exporter and the watchdog (their logs go to files)")
-    parser.add_argument("--debug-memory", default="off", choices=("off", "gc", "tracemalloc"),
-                        help="dump gc counts (and tracemalloc snapshots) of both programs at 25%% and 100%%")
+    parser.add_argument("--debug-memory", default="off", choices=("off", "gc", "peaks", "tracemalloc"),
+                        help="dump gc counts (and tracemalloc snapshots) of both programs at 25%% and 100%%; "
+                             "peaks: also, after 25%%, what every thread was running at each new high of "
+                             "pymalloc's blocks")
     parser.add_argument("--keep", action="store_true", help="keep the temporary directory (logs, database)")
     args = parser.parse_args()
     with terminate_as_exit():
