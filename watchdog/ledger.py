@@ -63,6 +63,15 @@ def ended_at() -> Any:
     return func.coalesce(JobRun.finished_at, JobRun.deleted_at)
 
 
+def run_seconds(dialect: str) -> Any:
+    """How long a run ran (its end minus its start), in seconds, as an SQL expression of `dialect`: NULL
+    while it runs or when it never started. SQLite keeps times as text, which julianday() reads."""
+    end = ended_at()
+    if dialect == "sqlite":
+        return (func.julianday(end) - func.julianday(JobRun.started_at)) * 86400.0
+    return func.extract("epoch", end - JobRun.started_at)
+
+
 def _time(epoch: float | None) -> datetime | None:
     return None if epoch is None else datetime.fromtimestamp(epoch, UTC)
 

@@ -599,6 +599,30 @@ def test_over_requested_reads_columns_not_a_day_of_job_run_objects(engine: Engin
     assert loaded == []
 
 
+def test_over_requested_leaves_runs_too_short_to_judge_in_the_database(engine: Engine) -> None:
+    """The duration filter is SQL too (julianday() on SQLite, epoch on PostgreSQL): the window holds a day of
+    runs, most of them short, and they were read and dropped in Python every minute. The boundary stays the
+    Python check's (a run of exactly the minimum counts), and a run deleted while running is judged to its
+    deletion."""
+    minimum = SETTINGS.over_requested_min_seconds
+    ago = NOW - timedelta(seconds=600)
+    low = {"requested_cpu_cores": 4, "cpu_core_seconds_requested": 4.0 * 3600, "cpu_core_seconds_used": 1.0}
+    with Session(engine) as session, session.begin():
+        for i in range(200):
+            ledger(session, f"short-{i}", f"short-{i:04d}-abcd", finished=ago, ran=60 + i, **low)
+        for uid, ran in (("under", minimum - 0.5), ("exact", minimum), ("over", minimum + 0.5)):
+            ledger(session, uid, f"{uid}-abcd", finished=ago, ran=ran, **low)
+        ledger(session, "deleted", "deleted-abcd", ran=600 + 1400, deleted_at=ago, object_deleted=True, **low)
+        ledger(session, "deleted-short", "deleted-short-abcd", ran=600 + 100, deleted_at=ago, object_deleted=True,
+               **low)
+    detector = WasteDetector(SETTINGS)
+    with Session(engine) as session:
+        read = {row.uid for row in detector._over_candidates(session, NOW)}
+        signals = detector.check(session, NOW)
+    assert {"exact", "over", "deleted"} <= read <= {"under", "exact", "over", "deleted"}
+    assert {s.details["job_uid"] for s in signals if s.kind == "OverRequested"} == {"exact", "over", "deleted"}
+
+
 def test_over_requested(engine: Engine) -> None:
     gib = 2**30
     runs = {  # uid: (cpu used / requested core-seconds, memory used / requested byte-seconds, ran, finished ago)

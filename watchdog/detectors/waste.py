@@ -21,7 +21,7 @@ less than `settle_seconds` ago are left for later, so the ledger's last usage fl
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from collections.abc import Set as AbstractSet
 from dataclasses import dataclass, replace
 from datetime import datetime, timedelta
@@ -33,7 +33,7 @@ from sqlalchemy.orm import Session
 from volcano_monitor.watchdog.config import Detectors
 from volcano_monitor.watchdog.db.models import Alert, JobRun, UsageRollup
 from volcano_monitor.watchdog.detectors.base import JOB_IDLE, OVER_REQUESTED, Signal, fingerprint
-from volcano_monitor.watchdog.ledger import ended_at
+from volcano_monitor.watchdog.ledger import ended_at, run_seconds
 
 __all__ = ["MIN_COVERAGE", "WasteDetector"]
 
@@ -308,30 +308,36 @@ class WasteDetector:
     # ---- OverRequested -------------------------------------------------------------------------------
 
     def _over_requested(self, session: Session, now: datetime) -> list[Signal]:
-        ratio = self.settings.over_requested_ratio
-        j = JobRun
-        ended = ended_at()  # a run deleted while running ended too: judged from start to deletion
-        # Columns, streamed: the report window holds a day of runs (at 300k pods a day, thousands match the
-        # ratio), and whole JobRun objects for all of them, every minute, were tens of MB built and dropped.
-        query = select(*_OVER_COLUMNS).where(
-            ended >= now - timedelta(seconds=self.report_seconds),
-            ended <= now - timedelta(seconds=self.settle_seconds),
-            j.started_at.is_not(None),
-            or_(and_(j.cpu_core_seconds_requested > 0, j.cpu_core_seconds_used > 0,
-                     j.cpu_core_seconds_used < ratio * j.cpu_core_seconds_requested),
-                and_(j.memory_byte_seconds_requested > 0, j.memory_byte_seconds_used > 0,
-                     j.memory_byte_seconds_used < ratio * j.memory_byte_seconds_requested)),
-        )
         signals = []
-        for run in session.execute(query.execution_options(yield_per=1000)):
+        for run in self._over_candidates(session, now):
             end = run.finished_at or run.deleted_at
             if run.started_at is None or end is None:
                 continue
             ran = (end - run.started_at).total_seconds()
             if ran < self.settings.over_requested_min_seconds:
-                continue
-            signals.append(self._over_signal(run, ran, ratio))
+                continue  # the SQL filter has a second of slack for the databases' time arithmetic
+            signals.append(self._over_signal(run, ran, self.settings.over_requested_ratio))
         return signals
+
+    def _over_candidates(self, session: Session, now: datetime) -> Iterator[Any]:
+        """The runs of the report window that ran long enough and used less than the ratio, as rows of
+        `_OVER_COLUMNS`, streamed. Every filter is in SQL: the window holds a day of runs and the check runs
+        every minute, and most runs are short (at 300k pods a day, thousands of short low-usage runs were
+        read and dropped in Python each time; whole JobRun objects before that, tens of MB)."""
+        ratio = self.settings.over_requested_ratio
+        j = JobRun
+        ended = ended_at()  # a run deleted while running ended too: judged from start to deletion
+        query = select(*_OVER_COLUMNS).where(
+            ended >= now - timedelta(seconds=self.report_seconds),
+            ended <= now - timedelta(seconds=self.settle_seconds),
+            j.started_at.is_not(None),
+            run_seconds(session.get_bind().dialect.name) >= self.settings.over_requested_min_seconds - 1,
+            or_(and_(j.cpu_core_seconds_requested > 0, j.cpu_core_seconds_used > 0,
+                     j.cpu_core_seconds_used < ratio * j.cpu_core_seconds_requested),
+                and_(j.memory_byte_seconds_requested > 0, j.memory_byte_seconds_used > 0,
+                     j.memory_byte_seconds_used < ratio * j.memory_byte_seconds_requested)),
+        )
+        return iter(session.execute(query.execution_options(yield_per=1000)))
 
     @staticmethod
     def _over_signal(run: Any, ran: float, ratio: float) -> Signal:  # a row of _OVER_COLUMNS
