@@ -2,9 +2,9 @@
 queue, collector health, readiness. Text format 0.0.4, written with the exporter's `Family`, which
 escapes label values and refuses the `job`/`instance` labels Prometheus owns.
 
-Everything from the database is aggregated in SQL (a GROUP BY for alerts and waste, one indexed range
-scan of the last day's finished runs for efficiency), so a scrape costs little however long the
-history. When the database cannot be read, the health families are still served and
+Everything from the database is aggregated in SQL (a GROUP BY for alerts and waste) or streamed and
+capped (efficiency: the newest runs of the last day, up to `EFFICIENCY_MAX_JOBS` names), so a scrape
+costs little however long the history. When the database cannot be read, the health families are still served and
 `volcano_watchdog_database_up` says 0.
 
 There is no counter of resolved alerts: retention deletes old resolved rows, so a count of them would
@@ -13,6 +13,7 @@ go down, which a counter must never do.
 
 from __future__ import annotations
 
+import io
 import logging
 import platform
 import threading
@@ -161,25 +162,34 @@ def _alerts(session: Session) -> str:
 def _efficiency(session: Session, now: datetime) -> str:
     """One series per namespace/job name, the latest run speaking, for the `EFFICIENCY_MAX_JOBS` names that
     finished last: at 300k pods a day the 24 h window holds ~40k names, and a scrape (and the memory it
-    takes to build) must not grow with that."""
+    takes to build) must not grow with that.
+
+    The runs stream newest first and each line goes straight into one buffer; only the names already
+    reported are held. Holding every row's rendered lines until a final sort by name was ~3 MB of small
+    objects on every scrape, and such peaks on the scrape's thread, while the writer keeps allocating
+    long-lived state, were what grew the watchdog's heap most in bench/soak.py. Prometheus does not need
+    the series of a family in any order."""
     r = JobRun
     rows = session.execute(
         select(r.namespace, r.name, r.queue, r.cpu_core_seconds_used, r.cpu_core_seconds_requested,
                r.memory_byte_seconds_used, r.memory_byte_seconds_requested, r.gpu_seconds_used,
                r.gpu_seconds_requested)
         .where(ended_at() >= now - EFFICIENCY_WINDOW, ended_at() <= now).order_by(ended_at().desc(), r.id.desc())
-        .execution_options(yield_per=1000))
-    latest: dict[tuple[str, str], str] = {}
+        .execution_options(yield_per=500))
+    reported: set[str] = set()  # "namespace/name": a namespace has no "/"
+    out = io.StringIO()
+    out.write(JOB_EFFICIENCY.header)
     for namespace, name, queue, cpu, cpu_req, mem, mem_req, gpu, gpu_req in rows:
-        if (namespace, name) in latest:
+        key = f"{namespace}/{name}"
+        if key in reported:
             continue  # an earlier run of a name already reported
-        latest[(namespace, name)] = "".join(
-            JOB_EFFICIENCY.line((namespace, name, queue, resource), used / requested)
-            for resource, used, requested in (("cpu", cpu, cpu_req), ("memory", mem, mem_req),
-                                              ("gpu", gpu, gpu_req)) if requested > 0)
-        if len(latest) >= EFFICIENCY_MAX_JOBS:
+        reported.add(key)
+        for resource, used, requested in (("cpu", cpu, cpu_req), ("memory", mem, mem_req), ("gpu", gpu, gpu_req)):
+            if requested > 0:
+                out.write(JOB_EFFICIENCY.line((namespace, name, queue, resource), used / requested))
+        if len(reported) >= EFFICIENCY_MAX_JOBS:
             break
-    return _section(JOB_EFFICIENCY, [latest[key] for key in sorted(latest)])
+    return out.getvalue()
 
 
 def _waste(session: Session, now: datetime) -> str:
