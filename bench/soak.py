@@ -1021,6 +1021,18 @@ def sums(body: bytes, prefix: bytes, names: tuple[str, ...]) -> dict[str, float]
     return out
 
 
+def error_series(body: bytes) -> dict[str, float]:
+    """The exporter's non-zero error counters by label set, so that `exporter_errors` can be read."""
+    out: dict[str, float] = {}
+    for line in body.decode(errors="replace").splitlines():
+        if line.startswith(("volcano_exporter_handler_errors_total", "volcano_exporter_request_errors_total")):
+            series, _, value = line.rpartition(" ")
+            with contextlib.suppress(ValueError):
+                if float(value):
+                    out[series] = float(value)
+    return out
+
+
 @dataclass
 class Scrapes:
     count: int = 0
@@ -1273,6 +1285,7 @@ def measure(args: argparse.Namespace) -> Obj:
             "exporter_relists": int(exporter_self["volcano_exporter_relists_total"]),
             "exporter_errors": int(exporter_self["volcano_exporter_handler_errors_total"]
                                    + exporter_self["volcano_exporter_request_errors_total"]),
+            "exporter_error_series": error_series(exporter_scrapes.last),
             "watchdog_usage_samples": samples,
             "usage_samples_present": samples > 0,
             "watchdog_collector_errors": int(watchdog_self["volcano_watchdog_collector_errors_total"]),
