@@ -1021,15 +1021,18 @@ def sums(body: bytes, prefix: bytes, names: tuple[str, ...]) -> dict[str, float]
     return out
 
 
+ERROR_FAMILIES = ("volcano_exporter_handler_errors_total", "volcano_exporter_request_errors_total")
+
+
 def error_series(body: bytes) -> dict[str, float]:
-    """The exporter's non-zero error counters by label set, so that `exporter_errors` can be read."""
+    """The exporter's non-zero error counters by label set (same parse as `sums`), so that
+    `exporter_errors` can be read without the logs."""
     out: dict[str, float] = {}
-    for line in body.decode(errors="replace").splitlines():
-        if line.startswith(("volcano_exporter_handler_errors_total", "volcano_exporter_request_errors_total")):
-            series, _, value = line.rpartition(" ")
+    for match in SAMPLE.finditer(body):
+        if match.group(1).decode() in ERROR_FAMILIES:
             with contextlib.suppress(ValueError):
-                if float(value):
-                    out[series] = float(value)
+                if value := float(match.group(3)):
+                    out[(match.group(1) + (match.group(2) or b"")).decode(errors="replace")] = value
     return out
 
 
@@ -1255,7 +1258,7 @@ def measure(args: argparse.Namespace) -> Obj:
             watchdog_scrapes.get(http, f"{watchdog_url}/metrics")
         exporter_self = sums(exporter_scrapes.last, b"volcano_exporter_",
                              ("volcano_exporter_events_total", "volcano_exporter_relists_total",
-                              "volcano_exporter_handler_errors_total", "volcano_exporter_request_errors_total",
+                              *ERROR_FAMILIES,
                               "volcano_exporter_objects"))
         watchdog_self = sums(watchdog_scrapes.last, b"volcano_watchdog_",
                              ("volcano_watchdog_collector_samples_total", "volcano_watchdog_collector_errors_total",
@@ -1283,8 +1286,7 @@ def measure(args: argparse.Namespace) -> Obj:
             "api_writes_by_kind": dict(sorted(churn.writes.items())),
             "exporter_events": int(exporter_self["volcano_exporter_events_total"]),
             "exporter_relists": int(exporter_self["volcano_exporter_relists_total"]),
-            "exporter_errors": int(exporter_self["volcano_exporter_handler_errors_total"]
-                                   + exporter_self["volcano_exporter_request_errors_total"]),
+            "exporter_errors": int(sum(exporter_self[name] for name in ERROR_FAMILIES)),
             "exporter_error_series": error_series(exporter_scrapes.last),
             "watchdog_usage_samples": samples,
             "usage_samples_present": samples > 0,
