@@ -26,6 +26,7 @@ from volcano_monitor.core.exposition import Family
 from volcano_monitor.exporter.cardinality import FamilyFilter
 
 BLOCK_SIZE = 512
+MIN_FILL_DIVISOR = 4  # a block left with under a quarter of BLOCK_SIZE objects hands them on (`_retire`)
 GZIP_LEVEL = 1  # level 6 would cost several times the CPU for ~20% fewer bytes
 GZIP_HEADER = b"\x1f\x8b\x08\x00\x00\x00\x00\x00\x00\xff"  # deflate, no name, no time, unknown OS
 FINAL_EMPTY_BLOCK = b"\x03\x00"  # a final fixed-Huffman block holding nothing: ends the deflate stream
@@ -102,6 +103,7 @@ class Rows:
     def __init__(self, families: Sequence[Family], block_size: int = BLOCK_SIZE,
                  served: FamilyFilter | None = None) -> None:
         self.block_size = block_size
+        self.min_fill = max(1, block_size // MIN_FILL_DIVISOR)
         self.families = tuple(families)
         self.enabled = tuple(served is None or served.allows(f.name) for f in self.families)
         self.any = any(self.enabled)  # else the kind's objects are not even rendered
@@ -144,8 +146,32 @@ class Rows:
         self._versions[block] += 1
         keys = self._blocks[block]
         del keys[key]
-        if not keys and block != self._open:
-            self._free.append(block)
+        if len(keys) < self.min_fill and block != self._open:
+            self._retire(block)
+
+    def _retire(self, block: int) -> None:
+        """Free a block that churn has nearly emptied, moving its few objects to the open block.
+
+        Why: objects join blocks in arrival order, so a long-lived pod created among short-lived ones
+        would otherwise keep its whole block for months: one block per such pod, each with a key table
+        sized for BLOCK_SIZE objects and a compressed piece per family, growing with uptime. Moving the
+        survivors keeps every block but the open one at least `min_fill` full, so blocks stay within
+        live objects / min_fill + 1; a retired block had lost over 3/4 of its objects, so the moves
+        cost O(1) per deletion.
+        """
+        survivors = self._blocks[block]
+        self._blocks[block] = {}  # a new dict: deleting keys one by one kept a full block's table
+        for members in self._members:
+            members[block] = None
+        self._versions[block] += 1
+        self._free.append(block)
+        for key in survivors:
+            target = self._block_of[key] = self._take_block()
+            self._blocks[target][key] = None
+            self._versions[target] += 1
+            for family, rows in enumerate(self.rows):
+                if key in rows:
+                    self._members[family][target] = None
 
     def _take_block(self) -> int:
         if self._open >= 0 and len(self._blocks[self._open]) < self.block_size:
