@@ -120,8 +120,7 @@ class Rows:
     def put(self, key: str, rendered: Sequence[str]) -> None:
         block = self._block_of.get(key)
         if block is None:
-            block = self._block_of[key] = self._take_block()
-            self._blocks[block][key] = None
+            block = self._join(key)
         changed = False
         for family, (rows, text) in enumerate(zip(self.rows, rendered, strict=True)):
             if text and self.enabled[family]:
@@ -166,12 +165,16 @@ class Rows:
         self._versions[block] += 1
         self._free.append(block)
         for key in survivors:
-            target = self._block_of[key] = self._take_block()
-            self._blocks[target][key] = None
+            target = self._join(key)
             self._versions[target] += 1
-            for family, rows in enumerate(self.rows):
-                if key in rows:
-                    self._members[family][target] = None
+            for members in self._members:  # the open block's pieces are redone on new arrivals anyway
+                members[target] = None
+
+    def _join(self, key: str) -> int:
+        """Put a key in the open block (opening one if it is full); its block."""
+        block = self._block_of[key] = self._take_block()
+        self._blocks[block][key] = None
+        return block
 
     def _take_block(self) -> int:
         if self._open >= 0 and len(self._blocks[self._open]) < self.block_size:
