@@ -20,6 +20,7 @@ import struct
 import zlib
 from collections.abc import Callable, Iterable, Iterator, KeysView, Sequence
 from dataclasses import dataclass
+from operator import itemgetter
 from typing import NamedTuple
 
 from volcano_monitor.core.exposition import Family
@@ -97,8 +98,15 @@ class Stale:
 
 
 class Rows:
-    """Rendered samples per family, keyed by object (callers hold the store's lock). Families `served`
-    denies (--metric-denylist) keep no rows: nothing is encoded, held, compressed or written for them."""
+    """Rendered samples per object and family, in blocks (callers hold the store's lock). Families `served`
+    denies (--metric-denylist) keep no rows: nothing is encoded, held, compressed or written for them.
+
+    Each object's rows are one tuple (one bytes per family, b"" for none) in its block's dict, and
+    `_block_of` is the only table over every object. Why not a dict per family: a dict never shrinks
+    and regrows to twice its size by chance, when churn fills it with deleted slots while the live count
+    sits near a resize boundary. With a dict per family, every pod family's table flipped between
+    ~0.4 and ~1 MB together at ~11k pods, and the 15 job families' likewise: ~7 MB of RSS moved up and
+    down by luck (bench/soak.py). One table per kind moves by one table's worth."""
 
     def __init__(self, families: Sequence[Family], block_size: int = BLOCK_SIZE,
                  served: FamilyFilter | None = None) -> None:
@@ -108,10 +116,12 @@ class Rows:
         self.enabled = tuple(served is None or served.allows(f.name) for f in self.families)
         self.any = any(self.enabled)  # else the kind's objects are not even rendered
         self.headers = [f.header.encode() for f in self.families]
-        self.rows: list[dict[str, bytes]] = [{} for _ in self.families]
+        self._none: tuple[bytes, ...] = (b"",) * len(self.families)
+        self._pick = [itemgetter(family) for family in range(len(self.families))]
+        self._counts = [0] * len(self.families)  # family -> objects with a row in it
         self._zipped_headers = [deflate(h) for h in self.headers]
         self._block_of: dict[str, int] = {}
-        self._blocks: list[dict[str, None]] = []  # block -> its objects' keys, in arrival order
+        self._blocks: list[dict[str, tuple[bytes, ...]]] = []  # block -> key -> rows, in arrival order
         self._versions: list[int] = []  # block -> bumped on every change of one of its rows
         self._members: list[list[Deflated | None]] = [[] for _ in self.families]  # family -> block -> member
         self._free: list[int] = []  # emptied blocks, reused before new ones
@@ -120,31 +130,30 @@ class Rows:
     def put(self, key: str, rendered: Sequence[str]) -> None:
         block = self._block_of.get(key)
         if block is None:
-            block = self._join(key)
-        changed = False
-        for family, (rows, text) in enumerate(zip(self.rows, rendered, strict=True)):
-            if text and self.enabled[family]:
-                data = text.encode()
-                if rows.get(key) != data:
-                    rows[key] = data
-                    self._members[family][block] = None
-                    changed = True
-            elif rows.pop(key, None) is not None:
+            block = self._join(key, self._none)
+        keys = self._blocks[block]
+        old = keys[key]
+        new = tuple(text.encode() if text and on else b""
+                    for text, on in zip(rendered, self.enabled, strict=True))
+        if new == old:
+            return
+        keys[key] = new
+        for family, (was, now) in enumerate(zip(old, new, strict=True)):
+            if was != now:
                 self._members[family][block] = None
-                changed = True
-        if changed:
-            self._versions[block] += 1
+                self._counts[family] += bool(now) - bool(was)
+        self._versions[block] += 1
 
     def delete(self, key: str) -> None:
         block = self._block_of.pop(key, None)
         if block is None:
             return
-        for family, rows in enumerate(self.rows):
-            if rows.pop(key, None) is not None:
-                self._members[family][block] = None
-        self._versions[block] += 1
         keys = self._blocks[block]
-        del keys[key]
+        for family, was in enumerate(keys.pop(key)):
+            if was:
+                self._members[family][block] = None
+                self._counts[family] -= 1
+        self._versions[block] += 1
         if len(keys) < self.min_fill and block != self._open:
             self._retire(block)
 
@@ -164,16 +173,16 @@ class Rows:
             members[block] = None
         self._versions[block] += 1
         self._free.append(block)
-        for key in survivors:
-            target = self._join(key)
+        for key, rendered in survivors.items():
+            target = self._join(key, rendered)
             self._versions[target] += 1
             for members in self._members:  # the open block's pieces are redone on new arrivals anyway
                 members[target] = None
 
-    def _join(self, key: str) -> int:
+    def _join(self, key: str, rendered: tuple[bytes, ...]) -> int:
         """Put a key in the open block (opening one if it is full); its block."""
         block = self._block_of[key] = self._take_block()
-        self._blocks[block][key] = None
+        self._blocks[block][key] = rendered
         return block
 
     def _take_block(self) -> int:
@@ -191,26 +200,32 @@ class Rows:
 
     def parts(self, out: list[bytes]) -> None:
         """Headers and row references, not joined (see `ExporterStore.chunks`)."""
-        for header, rows in zip(self.headers, self.rows, strict=True):
-            if rows:
+        for family, header in enumerate(self.headers):
+            if self._counts[family]:
                 out.append(header)
-                out.extend(rows.values())
+                pick = self._pick[family]
+                for keys in self._blocks:
+                    out.extend(filter(None, map(pick, keys.values())))
 
     def gzip_parts(self, out: list[Deflated | Stale]) -> None:
         """Compressed pieces per family and block: cached ones as `Deflated`, the others as `Stale`."""
-        for family, rows in enumerate(self.rows):
-            if not rows:
+        for family, members in enumerate(self._members):
+            if not self._counts[family]:
                 continue
             out.append(self._zipped_headers[family])
-            members = self._members[family]
+            pick = self._pick[family]
             for block, keys in enumerate(self._blocks):
                 member = members[block]
                 if member is not None:
                     out.append(member)
                     continue
-                parts = [rows[k] for k in keys if k in rows]
+                parts = list(filter(None, map(pick, keys.values())))
                 if parts:
                     out.append(Stale(self, family, block, self._versions[block], parts))
+
+    def count(self, family: int) -> int:
+        """Objects with a row in the family (0 for a denied one)."""
+        return self._counts[family]
 
     def keep(self, stale: Stale, member: Deflated) -> None:
         """Cache a member compressed outside the lock, unless its block changed meanwhile."""

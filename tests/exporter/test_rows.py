@@ -157,3 +157,27 @@ def test_crc32_combine(first: bytes, second: bytes) -> None:
     whole = zlib.crc32(first + second)
     assert crc32_combine(zlib.crc32(first), zlib.crc32(second), len(second)) == whole
     assert _crc32_combine_slow(zlib.crc32(first), zlib.crc32(second), len(second)) == whole  # without libz
+
+
+def test_one_table_over_every_object_whatever_the_number_of_families() -> None:
+    """A dict never shrinks, and under churn it regrows to twice its size by chance near a resize boundary:
+    a table per family made every family's table (15 for jobs) flip together, megabytes of RSS moved by
+    luck. Only `_block_of` may span the objects; the blocks' dicts stay within a block."""
+    families = [Family(f"test_f{i}", "F.", ("name",)) for i in range(15)]
+    rows = Rows(families, block_size=64)
+    for i in range(3000):
+        rows.put(f"p{i}", tuple(f.line((f"p{i}",), 1) for f in families))
+        if i >= 1000:
+            rows.delete(f"p{i - 1000}")
+
+    def dicts(value: object) -> list[dict[object, object]]:
+        if isinstance(value, dict):
+            return [value]
+        if isinstance(value, list | tuple):
+            return [d for item in value for d in dicts(item)]
+        return []
+
+    big = [d for value in vars(rows).values() for d in dicts(value) if len(d) > rows.block_size]
+    assert big == [rows._block_of] and len(rows) == 1000
+    assert [rows.count(f) for f in range(15)] == [1000] * 15
+    assert len(plain(rows).splitlines()) == 15 * (1000 + 2)
