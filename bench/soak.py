@@ -39,10 +39,14 @@ Measured:
   +3% for a moment, in either direction, and 60 s hold four scrapes and four of the programs' malloc
   trims (every 15 s), so where the checkpoint falls in their cycles does not decide the figure. The single
   readings are in `*_rss_bytes_instant`;
-  `rss_timeline` also has one sample a minute. The first ~20% of the run is warm-up
+  `rss_timeline` also has one sample a minute (a single reading, and `*_median` of the last 60 s).
+  The first ~20% of the run is warm-up
   (informer caches, the first relist, histograms, the live population reaching its steady size), so the
   growth ratios are RSS at 100% / RSS at 25% (target <= 1.05). `live_objects` gives the store's pod,
   job and PodGroup counts at the same points: growth with a flat population is retention.
+  `*_rss_growth_ratio_at_equal_population` (a diagnostic, not the target) fits the timeline's medians from
+  25% on to RSS = a + b * minute + c * live pods and gives 1 + b * (75% of the run) / RSS at 25%: the
+  growth that time alone accounts for, since the live population drifts a few per cent either way.
 - The exporter's /metrics is scraped every --scrape-interval seconds (15, as Prometheus), the
   watchdog's /metrics too; `scrapes` has counts, sizes and durations, and the events each applied
   (from their self-metrics).
@@ -1127,6 +1131,38 @@ def ratio(points: dict[str, int | None]) -> float | None:
     return round(last / first, 4) if first and last else None
 
 
+def window_median(readings: list[tuple[float, int]]) -> int | None:
+    """The median of the RSS readings of the last RSS_WINDOW_SECONDS: one reading can land inside a scrape."""
+    values = sorted(value for _, value in readings)
+    return values[len(values) // 2] if values else None
+
+
+def growth_at_equal_population(samples: list[tuple[float, float, float]], span_minutes: float,
+                               base: float) -> float | None:
+    """The growth ratio that time alone accounts for, the live pod count held equal: a least-squares fit
+    rss = a + b * minute + c * live_pods over (minute, live_pods, rss) samples, as 1 + b * span / base.
+
+    Why: the live population drifts by several per cent between two checkpoints (jobs of up to 40 pods
+    running up to 3 hours), and every live pod holds memory, so the plain ratio moves with it in either
+    direction; a leak shows in b whatever the population does. A diagnostic beside the ratio, not the target.
+    None when the samples cannot separate the two (fewer than four, or the count moved in step with time).
+    """
+    if len(samples) < 4 or base <= 0:
+        return None
+    n = len(samples)
+    mean_t, mean_p, mean_r = (sum(s[i] for s in samples) / n for i in range(3))
+    tt = sum((t - mean_t) ** 2 for t, _, _ in samples)
+    pp = sum((p - mean_p) ** 2 for _, p, _ in samples)
+    tp = sum((t - mean_t) * (p - mean_p) for t, p, _ in samples)
+    tr = sum((t - mean_t) * (r - mean_r) for t, _, r in samples)
+    pr = sum((p - mean_p) * (r - mean_r) for _, p, r in samples)
+    det = tt * pp - tp * tp
+    if tt == 0 or pp == 0 or det <= 1e-9 * tt * pp:
+        return None
+    per_minute = (tr * pp - pr * tp) / det
+    return round(1 + per_minute * span_minutes / base, 4)
+
+
 @contextlib.contextmanager
 def terminate_as_exit() -> Iterator[None]:
     """SIGTERM (and SIGHUP) end the run like Ctrl-C: through the `finally` blocks that stop the children."""
@@ -1229,7 +1265,8 @@ def measure(args: argparse.Namespace) -> Obj:
                     pop = sim.call(churn.population)
                     timeline.append({"minute": round(elapsed / 60), "exporter": read_rss(exporter.pid),
                                      "watchdog": read_rss(watchdog.pid), "live_pods": pop["pods"],
-                                     "running_pods": pop["running_pods"]})
+                                     "running_pods": pop["running_pods"],
+                                     **{f"{name}_median": window_median(values) for name, values in readings.items()}})
                     log(f"minute {timeline[-1]['minute']}: exporter {timeline[-1]['exporter']} B, watchdog "
                         f"{timeline[-1]['watchdog']} B, {pop}, pods created {churn.pods_created}, "
                         f"max lag {churn.max_lag:.2f} s")
@@ -1237,8 +1274,7 @@ def measure(args: argparse.Namespace) -> Obj:
                     percent = str(pending_checkpoints.pop(0))
                     for child in children:
                         instant[child.name][percent] = read_rss(child.pid)
-                        values = sorted(v for _, v in readings[child.name]) or [instant[child.name][percent] or 0]
-                        rss[child.name][percent] = values[len(values) // 2] or None
+                        rss[child.name][percent] = window_median(readings[child.name]) or instant[child.name][percent]
                     population[percent] = sim.call(churn.population)
                     log(f"{percent}%: exporter {rss['exporter'][percent]} B, watchdog {rss['watchdog'][percent]} B, "
                         f"live {population[percent]}")
@@ -1274,6 +1310,11 @@ def measure(args: argparse.Namespace) -> Obj:
             "watchdog_rss_growth_ratio": ratio(rss["watchdog"]),
             "target_rss_growth_ratio": TARGET_RSS_GROWTH_RATIO,
         }
+        after_warmup = [r for r in timeline if r["minute"] >= args.minutes * CHECKPOINTS[0] / 100]
+        for name in ("exporter", "watchdog"):
+            result[f"{name}_rss_growth_ratio_at_equal_population"] = growth_at_equal_population(
+                [(r["minute"], r["live_pods"], r[f"{name}_median"]) for r in after_warmup if r[f"{name}_median"]],
+                args.minutes * (100 - CHECKPOINTS[0]) / 100, rss[name].get("25") or 0)
         ratios = (result["exporter_rss_growth_ratio"], result["watchdog_rss_growth_ratio"])
         result["meets_target"] = all(r is not None and r <= TARGET_RSS_GROWTH_RATIO for r in ratios)
         result |= {
