@@ -1157,7 +1157,7 @@ def growth_at_equal_population(samples: list[tuple[float, float, float]], span_m
     tr = sum((t - mean_t) * (r - mean_r) for t, _, r in samples)
     pr = sum((p - mean_p) * (r - mean_r) for _, p, r in samples)
     det = tt * pp - tp * tp
-    if tt == 0 or pp == 0 or det <= 1e-9 * tt * pp:
+    if det <= 1e-9 * tt * pp:  # also when either never moved (tt or pp 0, so tp 0 and det 0)
         return None
     per_minute = (tr * pp - pr * tp) / det
     return round(1 + per_minute * span_minutes / base, 4)

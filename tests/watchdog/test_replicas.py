@@ -215,9 +215,10 @@ def test_two_replicas_store_what_one_stores_and_fail_over(databases: tuple[str, 
     # retrying for a moment) in the first or last moments may fall before one side's first list or after
     # its last watch event, and reach only the other side, so those are left out.
     settled = stopping - timedelta(seconds=3)
-    lost = {(a.kind, a.fingerprint) for a in single_alerts
-            if a.kind in EVENT_KINDS and a.fired_at is not None and synced < a.fired_at < settled} \
-        - {(a.kind, a.fingerprint) for a in pair_alerts}
+    expected = {(a.kind, a.fingerprint) for a in single_alerts
+                if a.kind in EVENT_KINDS and a.fired_at is not None and synced < a.fired_at < settled}
+    assert expected, f"no event-driven alert fired between {synced:%T.%f} and {settled:%T.%f} to compare"
+    lost = expected - {(a.kind, a.fingerprint) for a in pair_alerts}
     assert not lost, f"alerts the pair never stored: {lost}"
     # Messages: no alert announced firing twice by the pair.
     told = Counter((alert["fingerprint"], alert["status"]) for message in inbox_pair.messages()
