@@ -104,6 +104,19 @@ def test_polled_faster_than_the_source_publishes_counts_each_report_over_its_win
     assert recorder._jobs["uid-1"][0] == pytest.approx(600 + 20)  # ten 60-s reports, the first one capped at 20 s
 
 
+def test_a_report_missed_by_a_late_poll_is_covered_by_the_next_one() -> None:
+    """The source publishes every second and the watchdog polls twice as often; a poll late by a
+    moment misses one report, and the next report's rate stands for it. A longer outage counts twice
+    the report interval, not its whole length."""
+    recorder = UsageRecorder(FakeBook(), expected_interval_seconds=0.5)
+    pods = lookup({("team-a", "p"): info()})
+    reports = [UsageSample(T0 + t, "team-a", "p", "main", 1.0, GIB, window=1.0) for t in (0, 1, 2, 4, 5, 9, 10)]
+    recorder.ingest(reports, pods)
+    used, requested = recorder._jobs["uid-1"][:2]
+    assert used == pytest.approx(1 + 1 + 1 + 2 + 1 + 2 + 1)  # the report at 3 missed; 6, 7, 8 missed: capped at 2
+    assert requested == pytest.approx(2 * used)
+
+
 def test_a_deleted_pods_state_is_forgotten() -> None:
     recorder = UsageRecorder(FakeBook(), expected_interval_seconds=30)
     pods = lookup({("team-a", "p"): info(), ("team-a", "q"): info()})

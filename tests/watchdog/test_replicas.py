@@ -46,7 +46,9 @@ LEASE_SECONDS = 3.0
 FLUSH_SECONDS = Intervals().flush  # usage the leader holds in memory, lost with it on kill -9
 FLUSH = timedelta(seconds=FLUSH_SECONDS + 1)
 MIN_RUN = timedelta(seconds=4)
-POLL_SECONDS = 0.5  # 0.2 s polls: stalls of over twice that (the gap cap) were common with 3 watchdogs on 2 cores
+# The simulator publishes PodMetrics every second: a poll up to a second late misses one report, which the
+# next one covers (recorder: the gap cap). 0.2 s polls: longer stalls were common with 3 watchdogs on 2 cores.
+POLL_SECONDS = 0.5
 EVENT_KINDS = {"JobFailed", "RetryExhausted", "JobRetrying", "PodRejected", "PodOOMKilled"}
 
 

@@ -9,10 +9,14 @@ with samples.
 
 Why integrals per pod between consecutive samples: a sample says "this much right now" (for CPU: the
 rate over the window just before it), so `value * (ts - previous ts)` is the usage of that interval.
-The interval is capped at `2 * expected_interval_seconds` so a gap in collection (watchdog down,
-source down) is not counted as a long stretch at the last value — unless the sample says it averages
-a longer `window` (metrics-server's resolution: polled faster than it publishes, each new report
-covers the whole span since the previous one; capping it at twice the poll interval undercounted).
+The interval is capped at twice the expected interval between two distinct reports, so a gap in
+collection (watchdog down, source down) is not counted as a long stretch at the last value. That
+interval is the poll interval (`expected_interval_seconds`) or, when the sample says it averages a
+longer `window`, that window (metrics-server's resolution: polled faster than it publishes, each new
+report covers the whole span since the previous one). Capping at twice the poll interval alone
+undercounted such a source three times over, and lost a whole report's worth whenever one poll was a
+little late and a report went by unseen; the newest rate stands for one missed report, as it does
+for one missed poll.
 Requested resource-seconds use the same intervals (per pod, not per container), so used/requested
 ratios compare like with like. A pod's first sample stands for its source's averaging `window` before
 it (capped; 0 if unknown). A sample at or before the last one already seen for its container
@@ -272,7 +276,7 @@ class UsageRecorder:
                 uid = info.job_uid
                 acc: Any = None  # the job's delta list (typed loosely: this loop is the hot path)
                 window = s.window  # what the sample averages (NaN or negative: unknown)
-                span = window if window > cap else cap  # longest interval this sample can stand for
+                span = 2.0 * window if window + window > cap else cap  # longest interval it can stand for
                 if uid:
                     first = window if 0.0 <= window <= cap else (cap if window > cap else 0.0)
                     if pstate[4] == job_gen and pstate[5] == uid:
