@@ -152,7 +152,7 @@ class ExporterStore:
             return
         with self.lock:
             state = self._pod_state.get(_key(event.namespace, event.pod))
-            victim = (event.namespace, event.pod, state[1].queue) \
+            victim = (event.namespace, state[1].queue) \
                 if state is not None and state[0].uid == event.pod_uid else None
             self.evictions.on_event(event, victim, self._preemptor_queue(event))
 

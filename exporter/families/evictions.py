@@ -13,19 +13,19 @@ pod's queue; a kube-scheduler `Preempted` Event names the preemptor pod, whose q
 exporter knows that pod; `reclaim` (another queue took its share back) and the rest leave it empty.
 
 Events about a pod the exporter no longer holds are attributed through a short memory of deleted pods
-(`RECENT_SECONDS`): a pod deleted during a watch gap reaches the exporter only as DELETED, without the
-condition, and its Event then tells. That memory also holds at most `RECENT_MAX` pods, the newest: at
-300,000 pods a day ten minutes are ~2,000 deletions, but a burst (a 50,000-pod array finishing, a
-namespace deleted) must not hold every pod for ten minutes; bench/soak.py's compressed day (250
-deletions a second) grew the exporter by 40 MB before this bound. Counter text is rendered per series
-on change.
+(`DeletedPods`, `RECENT_SECONDS`): a pod deleted during a watch gap reaches the exporter only as DELETED,
+without the condition, and its Event then tells. That memory also holds at most `RECENT_MAX` pods, the
+newest: at 300,000 pods a day ten minutes are ~2,000 deletions, but a burst (a 50,000-pod array
+finishing, a namespace deleted) must not hold every pod for ten minutes; bench/soak.py's compressed day
+(250 deletions a second) grew the exporter by 40 MB before this bound. Counter text is rendered per
+series on change.
 """
 
 from __future__ import annotations
 
 import time
 from collections import deque
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 
 from volcano_monitor.core.eviction import SAME_QUEUE_ACTIONS, EvictionEvent
 from volcano_monitor.core.exposition import COUNTER, Family
@@ -40,10 +40,63 @@ FAMILIES = (EVICTIONS,)
 
 KEEP_SECONDS = 2 * 3600.0
 RECENT_SECONDS = 600.0
-RECENT_MAX = 20_000  # ~8 MB of deleted pods at most
+RECENT_MAX = 20_000  # ~2.6 MB of deleted pods at most (~130 B each)
 
 Key = tuple[str, str, str, str]  # namespace, queue, reason, preemptor queue
-Where = tuple[str, str, str]  # namespace, pod name, queue
+Place = tuple[str, str]  # namespace, queue: where an evicted pod counts
+
+
+class DeletedPods:
+    """Where recently deleted pods were, by UID: each kept between `keep_seconds` / 2 and `keep_seconds`,
+    and at most `max_pods`, the newest.
+
+    Why two generations rather than an expiry queue: a queue needs a (time, UID) record per pod beside the
+    table, which more than doubled the bytes per pod (~330 B with the pod's name, unused, against ~130 B);
+    at the bound that was 6.6 MB, and the soak's exporter grew by it for the first ten minutes. Here the
+    newer table takes the deletions; when it is `keep_seconds` / 2 old or holds half the bound, it becomes
+    the older one and the previous older one goes, all at once. New tables each time also means no table
+    left sized for a past burst (a dict never shrinks)."""
+
+    def __init__(self, keep_seconds: float, max_pods: int, now: float) -> None:
+        self.half_life = keep_seconds / 2
+        self.half_max = max(1, max_pods // 2)
+        self.newer: dict[str, Place] = {}
+        self.older: dict[str, Place] = {}
+        self._newer_since = now
+        self._places: dict[Place, Place] = {}  # one tuple per namespace and queue, shared by their pods
+
+    def add(self, uid: str, place: Place, now: float) -> None:
+        self.prune(now)
+        if len(self.newer) >= self.half_max:
+            self._rotate(now)
+        self.newer[uid] = self._places.setdefault(place, place)
+
+    def get(self, uid: str) -> Place | None:
+        return self.newer.get(uid) or self.older.get(uid)
+
+    def prune(self, now: float) -> None:
+        age = now - self._newer_since
+        if age < 0:  # the clock went back: age the generation from now
+            self._newer_since = now
+        elif age >= 2 * self.half_life:
+            self.newer, self.older, self._places, self._newer_since = {}, {}, {}, now
+        elif age >= self.half_life:
+            self._rotate(now)
+
+    def _rotate(self, now: float) -> None:
+        self.newer, self.older, self._newer_since = {}, self.newer, now
+        if len(self._places) > 4 * self.half_max:  # namespaces come and go: start over now and then
+            self._places = {}
+
+    def __contains__(self, uid: str) -> bool:
+        return uid in self.newer or uid in self.older
+
+    def __iter__(self) -> Iterator[str]:
+        yield from self.older
+        yield from self.newer
+
+    def __len__(self) -> int:
+        return len(self.newer) + len(self.older)
 
 
 class Evictions:
@@ -57,8 +110,7 @@ class Evictions:
         self.version = 0  # bumped on every count (the store caches the gzip member)
         self.counted: dict[str, float | None] = {}  # pod UID -> forget-at (None while the pod exists)
         self._expiring: deque[tuple[float, str]] = deque()
-        self.recent: dict[str, Where] = {}  # deleted pods by UID, for Events that come after
-        self._recent_order: deque[tuple[float, str]] = deque()
+        self.recent = DeletedPods(RECENT_SECONDS, RECENT_MAX, clock())  # for Events that come after
 
     def on_pod(self, pod: Pod, queue: str, previous: Pod | None, deleted: bool) -> None:
         """A pod event (its attribution's `queue`), with the version this process held before, if any."""
@@ -74,12 +126,9 @@ class Evictions:
             if pod.uid in self.counted:
                 self.counted[pod.uid] = now + KEEP_SECONDS
                 self._expiring.append((now + KEEP_SECONDS, pod.uid))
-            self.recent[pod.uid] = (pod.namespace, pod.name, queue)
-            self._recent_order.append((now + RECENT_SECONDS, pod.uid))
-            while len(self._recent_order) > RECENT_MAX:
-                self._forget_recent()
+            self.recent.add(pod.uid, (pod.namespace, queue), now)
 
-    def on_event(self, event: EvictionEvent, victim: Where | None, preemptor_queue: str) -> bool:
+    def on_event(self, event: EvictionEvent, victim: Place | None, preemptor_queue: str) -> bool:
         """An eviction Event; `victim` is where the exporter holds the pod (None: look among the recently
         deleted). False when the pod is unknown (not a Volcano pod, another shard's, or long gone)."""
         self._prune()
@@ -89,7 +138,7 @@ class Evictions:
             return False
         if event.pod_uid in self.counted or event.at is None or event.at <= self.observe_since:
             return True
-        namespace, _, queue = victim
+        namespace, queue = victim
         if event.reason in SAME_QUEUE_ACTIONS:
             preemptor_queue = queue
         self._count(event.pod_uid, (namespace, queue, event.reason, preemptor_queue))
@@ -111,12 +160,7 @@ class Evictions:
             forget_at, uid = self._expiring.popleft()
             if self.counted.get(uid) == forget_at:
                 del self.counted[uid]
-        while self._recent_order and self._recent_order[0][0] <= now:
-            self._forget_recent()
-
-    def _forget_recent(self) -> None:
-        _, uid = self._recent_order.popleft()
-        self.recent.pop(uid, None)
+        self.recent.prune(now)
 
     def write(self, out: list[bytes]) -> None:
         if self.text:
