@@ -79,25 +79,30 @@ class Family:
         prefix = self._prefix % tuple(escaped)
         return "".join([prefix + suffix for suffix in _resource_suffixes(resources)])
 
-    def resource_lines(self, values: Sequence[str], resources: Resources) -> str:
-        """One line per resource, with the kube-state-metrics `resource` and `unit` labels last."""
+    def resource_lines(self, values: Sequence[str], resources: Resources, cache: bool = True) -> str:
+        """One line per resource, with the kube-state-metrics `resource` and `unit` labels last.
+        `cache=False` for amounts that change all the time (a queue's allocated, sums over pods): each
+        would take a slot of the suffix cache for good (~700 bytes, 3 MB once full) and be read once."""
         if not resources:
             return ""
         joined = "".join(values)
         if "\\" in joined or '"' in joined or "\n" in joined:
             values = [escape(v) for v in values]
         prefix = self._prefix % tuple(values)
-        return "".join([prefix + suffix for suffix in _resource_suffixes(resources)])
+        suffixes = _resource_suffixes(resources) if cache else _render_suffixes(resources)
+        return "".join([prefix + suffix for suffix in suffixes])
 
 
-@lru_cache(maxsize=4096)
-def _resource_suffixes(resources: Resources) -> tuple[str, ...]:
-    """`resource="cpu",unit="core"} 0.5\n` per resource: equal lists are shared, so this is cached."""
+def _render_suffixes(resources: Resources) -> tuple[str, ...]:
+    """`resource="cpu",unit="core"} 0.5\n` per resource."""
     out = []
     for name, amount in resources:
         label, unit = resource_label_and_unit(name)
         out.append(f'resource="{escape(label)}",unit="{unit}"}} {format_value(amount)}\n')
     return tuple(out)
+
+
+_resource_suffixes = lru_cache(maxsize=4096)(_render_suffixes)  # requests repeat: equal lists are shared
 
 
 def resource_labels(*leading: str) -> tuple[str, ...]:

@@ -429,7 +429,7 @@ def parse_queue(raw: object) -> Queue:
         deserved=res_from(read_resource_list(spec, "deserved", "spec.", probs)),
         guarantee=res_from(read_resource_list(guarantee, "resource", "spec.guarantee.", probs)),
         state=istring(status, "state", sp, probs),
-        allocated=res_from(read_resource_list(status, "allocated", sp, probs), share=False),
+        allocated=res_from(read_resource_list(status, "allocated", sp, probs, cache=False), share=False),
         pending=pending,
         running=running,
         inqueue=inqueue,

@@ -105,8 +105,10 @@ def res_scale(a: Resources, factor: float) -> Resources:
     return res_from({k: v * factor for k, v in a}, share=False)
 
 
-def read_resource_list(d: Mapping[str, Any], key: str, path: str, probs: list[str]) -> dict[str, float]:
-    """A ``ResourceList`` (``{"cpu": "500m", "memory": "1Gi"}``); bad quantities are reported and skipped."""
+def read_resource_list(d: Mapping[str, Any], key: str, path: str, probs: list[str],
+                       cache: bool = True) -> dict[str, float]:
+    """A ``ResourceList`` (``{"cpu": "500m", "memory": "1Gi"}``); bad quantities are reported and skipped.
+    ``cache=False``: amounts that change all the time (see `parse_quantity`)."""
     m = d.get(key)
     if type(m) is not dict:
         if m is not None:
@@ -115,7 +117,7 @@ def read_resource_list(d: Mapping[str, Any], key: str, path: str, probs: list[st
     out: dict[str, float] = {}
     for name, q in m.items():
         try:
-            out[name] = parse_short(q) if type(q) is str and len(q) <= 32 else parse_quantity(q)
+            out[name] = parse_short(q) if cache and type(q) is str and len(q) <= 32 else parse_quantity(q, cache)
         except QuantityError as exc:
             if q is not None:
                 probs.append(f"{path}{key}.{name}: {exc}")

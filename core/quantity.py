@@ -86,13 +86,15 @@ parse_short = lru_cache(maxsize=8192)(_parse_str)
 _CACHED_LEN = 32
 
 
-def parse_quantity(value: str | int | float) -> float:
+def parse_quantity(value: str | int | float, cache: bool = True) -> float:
     """Parse a quantity string (or a JSON number) into a float in base units.
 
     Raises :class:`QuantityError` for anything else (including bool, None, NaN and infinities).
+    `cache=False` for amounts that change all the time (a queue's `status.allocated`): each would be an
+    entry of the cache that nothing reads again, pushing out the request sizes that repeat.
     """
     if isinstance(value, str):
-        return parse_short(value) if len(value) <= _CACHED_LEN else _parse_str(value)
+        return parse_short(value) if cache and len(value) <= _CACHED_LEN else _parse_str(value)
     if isinstance(value, bool):
         raise _error(value, "expected string or number, got bool")
     if isinstance(value, int):

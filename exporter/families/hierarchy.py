@@ -103,9 +103,10 @@ def subtree_pod_requests(parents: Mapping[str, str], sums: Mapping[tuple[str, st
 
 
 def _lines(family: Family, rows: Iterable[tuple[tuple[str, ...], Mapping[str, int]]]) -> str:
-    """Through `Family.resource_lines`, whose per-resource suffixes are cached: equal sums (all the
-    zeros, a parent equal to its only child) render once."""
-    return "".join(family.resource_lines(values, tuple(sorted((name, nano / NANO) for name, nano in resources.items())))
+    """Not through the suffix cache: sums move with every pod, so each scrape's would be new entries
+    (a few dozen rows a scrape: rendering them is cheaper than the cache they would fill)."""
+    return "".join(family.resource_lines(values, tuple(sorted((name, nano / NANO) for name, nano in resources.items())),
+                                         cache=False)
                    for values, resources in rows)
 
 

@@ -55,7 +55,7 @@ def render(queue: Queue) -> tuple[str, ...]:
         CAPABILITY.resource_lines((name,), queue.capability),
         GUARANTEE.resource_lines((name,), queue.guarantee),
         DESERVED.resource_lines((name,), queue.deserved),
-        ALLOCATED.resource_lines((name,), queue.allocated),
+        ALLOCATED.resource_lines((name,), queue.allocated, cache=False),
         STATE.line((name, queue.state), 1) if queue.state else "",
     )
 

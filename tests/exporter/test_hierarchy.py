@@ -8,7 +8,9 @@ from typing import Any
 from tests.exporter import objects
 from tests.exporter.test_prometheus import parse_text
 from volcano_monitor.core.model import parse_pod, parse_queue
+from volcano_monitor.core.exposition import _resource_suffixes
 from volcano_monitor.core.podrequests import res_from
+from volcano_monitor.core.quantity import parse_short
 from volcano_monitor.exporter.families.hierarchy import ancestors, children, subtree_allocated, subtree_pod_requests
 from volcano_monitor.exporter.store import ExporterStore
 
@@ -110,3 +112,32 @@ def test_other_shards_roll_up_their_pods_but_not_the_allocation() -> None:
     assert scraped(quiet, "volcano_queue_subtree_allocated") == {}
     assert (("phase", "running"), ("queue", "root"), ("resource", "cpu"), ("unit", "core")) in \
         scraped(quiet, "volcano_queue_subtree_pod_requests")
+
+
+def test_moving_allocations_and_sums_leave_the_shared_caches_alone() -> None:
+    """A queue's status.allocated and the subtree sums change with every placement. Cached, each value
+    took a slot of the quantity and suffix caches that nothing read again (~160 and ~700 bytes; the
+    caches hold 8,192 and 4,096), so a busy exporter grew for an hour and the request sizes that do
+    repeat were pushed out. They are parsed and rendered uncached; the scrape shows them all the same."""
+    store = ExporterStore()
+    for name, parent in (("root", None), ("research", "root")):
+        raw = parse_queue(queue(name, parent, "1"))
+        store.on_queue_tree("ADDED", raw)
+        store.on_queue("ADDED", raw)
+    pod = objects.volcano_pod()
+    pod["metadata"]["labels"]["volcano.sh/queue-name"] = "research"
+    store.on_pod("ADDED", parse_pod(pod))
+    scraped(store, "volcano_queue_status_allocated")  # the fixed parts (requests, zeros) are cached once
+    quantities, suffixes = parse_short.cache_info().currsize, _resource_suffixes.cache_info().currsize
+    for n in range(1, 301):
+        raw = parse_queue(queue("research", "root", f"{1000 + n}m"))
+        raw_root = parse_queue(queue("root", None, f"{2000 + n}m"))
+        for changed in (raw, raw_root):
+            store.on_queue_tree("MODIFIED", changed)
+            store.on_queue("MODIFIED", changed)
+        assert scraped(store, "volcano_queue_status_allocated")[(("queue", "research"), ("resource", "cpu"),
+                                                          ("unit", "core"))] == (1000 + n) / 1000
+        assert scraped(store, "volcano_queue_subtree_allocated")[(("queue", "root"), ("resource", "cpu"),
+                                                                  ("unit", "core"))] == (2000 + n) / 1000
+    assert parse_short.cache_info().currsize == quantities
+    assert _resource_suffixes.cache_info().currsize == suffixes
