@@ -21,8 +21,8 @@ class CapabilityCounters(Protocol):
 
 def render_capability_metrics(controller: CapabilityCounters) -> str:
     targets = controller.targets()
-    target_lines = [CAPABILITY_TARGET.resource_lines((queue,), res_from(targets[queue], share=False))
-                    for queue in sorted(targets)]
+    target_lines = [CAPABILITY_TARGET.resource_lines((queue,), res_from(targets[queue], share=False), cache=False)
+                    for queue in sorted(targets)]  # targets follow demand: uncached, as queues' allocations
     counts = controller.update_counts()
     update_lines = [CAPABILITY_UPDATES.line(key, value) for key, value in sorted(counts.items())]
     return CAPABILITY_TARGET.header + "".join(target_lines) + CAPABILITY_UPDATES.header + "".join(update_lines)
