@@ -7,8 +7,8 @@ from typing import Any
 
 from tests.exporter import objects
 from tests.exporter.test_prometheus import parse_text
-from volcano_monitor.core.model import parse_pod, parse_queue
 from volcano_monitor.core.exposition import _resource_suffixes
+from volcano_monitor.core.model import parse_pod, parse_queue
 from volcano_monitor.core.podrequests import res_from
 from volcano_monitor.core.quantity import parse_short
 from volcano_monitor.exporter.families.hierarchy import ancestors, children, subtree_allocated, subtree_pod_requests
