@@ -84,9 +84,7 @@ class DeletedPods:
             self._rotate(now)
 
     def _rotate(self, now: float) -> None:
-        self.newer, self.older, self._newer_since = {}, self.newer, now
-        if len(self._places) > 4 * self.half_max:  # namespaces come and go: start over now and then
-            self._places = {}
+        self.newer, self.older, self._places, self._newer_since = {}, self.newer, {}, now  # places: per generation
 
     def __contains__(self, uid: str) -> bool:
         return uid in self.newer or uid in self.older
