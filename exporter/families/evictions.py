@@ -63,7 +63,7 @@ class DeletedPods:
         self.newer: dict[str, Place] = {}
         self.older: dict[str, Place] = {}
         self._newer_since = now
-        self._places: dict[Place, Place] = {}  # one tuple per namespace and queue, shared by their pods
+        self._places: dict[Place, Place] = {}  # one tuple per namespace and queue, shared by the newer table's pods
 
     def add(self, uid: str, place: Place, now: float) -> None:
         self.prune(now)
@@ -84,7 +84,7 @@ class DeletedPods:
             self._rotate(now)
 
     def _rotate(self, now: float) -> None:
-        self.newer, self.older, self._places, self._newer_since = {}, self.newer, {}, now  # places: per generation
+        self.newer, self.older, self._places, self._newer_since = {}, self.newer, {}, now
 
     def __contains__(self, uid: str) -> bool:
         return uid in self.newer or uid in self.older
