@@ -108,6 +108,8 @@ def main(argv: list[str] | None = None) -> int:
         print(f"""
 volcano-monitor demo is running (logs and configs in {workdir}/). Ctrl-C stops everything.
 
+  web UI              {watchdog_url}/   (open this first: jobs, why they wait, alerts, queues, recommendations)
+
   simulated cluster   {sim_url}   (scenario 'demo' at {args.speed}x: 'default' plus a GPU node held hostage)
     kubectl --kubeconfig {kubeconfig} get vcjob,podgroup,queue -A
     curl -s {sim_url}/metrics | head            # cAdvisor/DCGM-style usage

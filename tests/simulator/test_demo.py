@@ -29,6 +29,11 @@ def test_demo_starts_everything_and_stops_on_ctrl_c(tmp_path: Path) -> None:
                  timeout=120)
         text = "".join(lines)
         assert f"http://127.0.0.1:{ports['exporter']}/metrics" in text and "kubectl --kubeconfig" in text
+        urls = [word for word in text.split() if word.startswith("http://")]
+        ui = f"http://127.0.0.1:{ports['watchdog']}/"
+        assert urls[0] == ui, text  # the first page a newcomer should open
+        page = urllib.request.urlopen(ui, timeout=5)
+        assert page.status == 200 and "text/html" in page.headers["Content-Type"]
         body = urllib.request.urlopen(f"http://127.0.0.1:{ports['exporter']}/metrics", timeout=5).read()
         assert b"volcano_pod_info{" in body
         assert (tmp_path / "kubeconfig").exists()
