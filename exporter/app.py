@@ -42,6 +42,9 @@ from volcano_monitor.exporter.rows import Deflated, deflate, gzip_stream
 from volcano_monitor.exporter.sharding import owns, raw_uid
 from volcano_monitor.exporter.store import ExporterStore
 
+# An optional informer in one of these states has its answer: the kind is not served, or not granted.
+_SETTLED_STATES = (inf.NOT_FOUND, inf.FORBIDDEN)
+
 
 def _involved_uid(raw: Any) -> str:
     """The UID of the pod an Event is about (`about_eviction` has checked the shape)."""
@@ -119,12 +122,20 @@ class Exporter:
         return not self.not_synced()
 
     def not_synced(self) -> list[str]:
-        """Informers still waiting for their first full list. An optional kind the API server does not
-        serve (404), or that RBAC does not grant yet (403), is settled: Volcano works without it; the
-        eviction Events are never waited for (an older RBAC lacks them)."""
-        settled = (inf.NOT_FOUND, inf.FORBIDDEN)
-        return [i.name for i in self.informers if not i.synced.is_set() and i not in self.optional
-                and not (i.kind.optional and i.state in settled)]
+        """Informers still waiting for their first full list, as /readyz reports them. The eviction
+        Events are never waited for (an older RBAC lacks them), even while they list."""
+        return [i.name for i in self.informers if i not in self.optional and not self.settled(i)]
+
+    def settled(self, informer: Informer[Any]) -> bool:
+        """Whether `informer` has its answer for now: its first full list applied,
+        or an optional kind (a CRD only some releases ship, or the eviction Events) that the API server
+        does not serve (404) or RBAC does not grant (403). Volcano works without those, so neither
+        /readyz nor `volcano_exporter_synced` (hence VolcanoExporterNotSynced) holds them against the
+        exporter; `volcano_exporter_informer_state` and `_resource_served` still tell the cases apart."""
+        if informer.synced.is_set():
+            return True
+        optional = informer.kind.optional or informer in self.optional
+        return optional and informer.state in _SETTLED_STATES
 
     def scrape_chunks(self) -> Iterator[bytes]:
         """The /metrics body in pieces, for the server to write (and gzip) as they come."""
@@ -152,7 +163,7 @@ class Exporter:
         with self.store.lock:
             dropped = dict(self.store.caps.dropped)
         return selfmetrics.render(self.informers, dict(self.store.parse_problems), self._scrape_seconds,
-                                  self._scrapes, dropped).encode()
+                                  self._scrapes, dropped, settled=self.settled).encode()
 
     def scrape(self) -> bytes:
         """The whole body at once (tests and tools; the server streams `scrape_chunks`)."""

@@ -133,7 +133,12 @@ GROUP_NOTES = {
         "families not named `volcano_*`; [compat.md](compat.md) has the mapping, the differences and the "
         "scrape configuration."),
     "Exporter self-metrics": "How the exporter itself is doing; `resource` is the informer's resource "
-                             "(`pods`, `jobs.batch.volcano.sh`, ...).",
+                             "(`pods`, `jobs.batch.volcano.sh`, ...). `volcano_exporter_synced` says what "
+                             "`/readyz` says: 1 once a kind is listed, and also for an optional kind (CronJob, "
+                             "HyperNode, JobFlow, the eviction Events) that the API server does not serve or "
+                             "RBAC does not grant; `volcano_exporter_informer_state` and "
+                             "`volcano_exporter_resource_served` tell those cases apart. A 0 that lasts is a "
+                             "served kind that cannot be listed: the VolcanoExporterNotSynced alert.",
 }
 
 PENDING_TITLE = "Why a job is pending"

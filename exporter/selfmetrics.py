@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import platform
 from collections import Counter
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 from volcano_monitor.core.exposition import COUNTER, Family
@@ -27,14 +27,18 @@ REQUEST_ERRORS = Family("volcano_exporter_request_errors_total",
                         "Failed requests to the API server, by HTTP code or 'connection'.", ("resource", "code"),
                         COUNTER)
 OBJECTS = Family("volcano_exporter_objects", "Objects held in the informer cache (this shard).", R)
-SYNCED = Family("volcano_exporter_synced", "1 once the first full list of the resource has been applied.", R)
+SYNCED = Family("volcano_exporter_synced",
+                "1 once the first full list of the resource has been applied, or when the kind is optional and "
+                "settled: not served (404, its CRD is not installed; state not_found) or not granted (403; state "
+                "forbidden). 0 while a kind is still to be listed: a served kind stuck at 0 is a problem.", R)
 STATE = Family("volcano_exporter_informer_state",
                "The informer's state (1 for the current one): starting, listing, watching, backoff, forbidden, "
                "not_found, stopped.",
                ("resource", "state"))
 SERVED = Family("volcano_exporter_resource_served",
                 "1 while the API server serves the resource and it is listed; 0 while its CRD is missing (404: kinds "
-                "only some Volcano releases have, such as cronjobs, hypernodes, jobflows) or before its first list.", R)
+                "only some Volcano releases have, such as cronjobs, hypernodes, jobflows) or before its first list (so "
+                "also while RBAC does not grant it: 403).", R)
 LAST_EVENT = Family("volcano_exporter_last_event_timestamp_seconds", "Unix time of the last event applied.", R)
 DROPPED = Family("volcano_exporter_objects_dropped_total",
                  "Objects refused series because their kind reached --max-objects (each counted once).", R,
@@ -51,7 +55,10 @@ _SEVERITY = [inf.FORBIDDEN, inf.NOT_FOUND, inf.BACKOFF, inf.STARTING, inf.LISTIN
 
 
 def render(informers: Sequence[inf.Informer[Any]], parse_problems: dict[str, int], scrape_seconds: float,
-           scrapes: int, dropped: dict[str, int] | None = None) -> str:
+           scrapes: int, dropped: dict[str, int] | None = None, *,
+           settled: Callable[[inf.Informer[Any]], bool]) -> str:
+    """The self-metrics text. `settled` is the exporter's own readiness test of one informer
+    (`Exporter.settled`): `volcano_exporter_synced` says what /readyz says, decided in one place."""
     by_resource: dict[str, list[inf.Informer[Any]]] = {}
     for informer in informers:
         by_resource.setdefault(informer.kind.name, []).append(informer)
@@ -73,7 +80,7 @@ def render(informers: Sequence[inf.Informer[Any]], parse_problems: dict[str, int
         for code, count in sorted(errors.items()):
             sections[REQUEST_ERRORS].append(REQUEST_ERRORS.line((resource, code), count))
         sections[OBJECTS].append(OBJECTS.line((resource,), sum(len(i.cache) for i in group)))
-        sections[SYNCED].append(SYNCED.line((resource,), int(all(i.synced.is_set() for i in group))))
+        sections[SYNCED].append(SYNCED.line((resource,), int(all(settled(i) for i in group))))
         sections[SERVED].append(SERVED.line(
             (resource,), int(all(i.synced.is_set() and i.state != inf.NOT_FOUND for i in group))))
         state = min((i.state for i in group), key=_SEVERITY.index)

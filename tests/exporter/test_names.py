@@ -169,7 +169,7 @@ def test_info_families_are_one() -> None:
     store.on_pod("ADDED", parse_pod(objects.full_pod()))
     out: list[bytes] = []
     store.write(out)
-    text = b"".join(out).decode() + selfmetrics.render([], {}, 0.0, 0)
+    text = b"".join(out).decode() + selfmetrics.render([], {}, 0.0, 0, settled=lambda i: True)
     info = [(name, labels, value) for name, labels, value in parse_text(text) if name.endswith("_info")]
     assert {name for name, _, _ in info} == {f.name for f in FAMILIES if f.name.endswith("_info")}
     assert [s for s in info if s[2] != 1] == []
