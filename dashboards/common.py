@@ -8,7 +8,7 @@ here after the build, in order, because the SDK leaves them at 0 and Grafana nee
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
 from grafana_foundation_sdk.builders import bargauge, histogram, prometheus, stat, statetimeline, table, timeseries
@@ -95,8 +95,9 @@ def _thresholds(steps: Sequence[tuple[float | None, str]]) -> db.ThresholdsConfi
 
 def timeseries_panel(title: str, description: str, queries: Sequence[Query], *, unit: str = "short",
                      width: int = 12, height: int = 8, stacked: bool = False, bars: bool = False,
-                     dashed: str = "") -> Panel:
-    """A graph over time. `dashed` is a regexp of series names drawn dashed (limits, as opposed to use)."""
+                     dashed: str = "", colours: Mapping[str, str] | None = None) -> Panel:
+    """A graph over time. `dashed` is a regexp of series names drawn dashed (limits, as opposed to use);
+    `colours` fixes the colour of series by name (states whose meaning the palette must not invert)."""
     p = (timeseries.Panel().title(title).description(description).datasource(DATASOURCE)
          .targets(_targets(queries, instant=False, as_table=False))
          .unit(unit).span(width).height(height).fill_opacity(10).line_width(1)
@@ -110,6 +111,9 @@ def timeseries_panel(title: str, description: str, queries: Sequence[Query], *, 
     if dashed:
         p = p.override_by_regexp(dashed, [dm.DynamicConfigValue(
             id_val="custom.lineStyle", value={"fill": "dash", "dash": [10, 10]})])
+    for name, colour in (colours or {}).items():
+        p = p.override_by_name(name, [dm.DynamicConfigValue(id_val="color", value={"mode": "fixed",
+                                                                                   "fixedColor": colour})])
     return p
 
 
