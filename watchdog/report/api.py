@@ -11,7 +11,8 @@ from collections.abc import Callable, Iterator
 from datetime import UTC, datetime
 from typing import Annotated, Literal
 
-from fastapi import APIRouter, Depends, HTTPException, Query, Request, Response
+from fastapi import APIRouter, Depends, Query, Request, Response
+from fastapi.exceptions import RequestValidationError
 from sqlalchemy.orm import Session
 
 from volcano_monitor.watchdog.report.compute import compute_report, parse_moment
@@ -26,6 +27,12 @@ Moment = Annotated[str, Query(max_length=64, pattern=r"^[0-9A-Za-z:.+-]+$",
 def _session(request: Request) -> Iterator[Session]:
     with Session(request.app.state.engine) as session:
         yield session
+
+
+def invalid(name: str, value: str | None, reason: str) -> RequestValidationError:
+    """A moment that does not parse, answered as FastAPI answers a parameter that fails validation: the
+    422 the schema declares (`HTTPValidationError`), naming the parameter. A bare `detail` string broke it."""
+    return RequestValidationError([{"type": "value_error", "loc": ("query", name), "msg": reason, "input": value}])
 
 
 def report_router(clock: Callable[[], datetime] = lambda: datetime.now(UTC)) -> APIRouter:
@@ -43,11 +50,14 @@ def report_router(clock: Callable[[], datetime] = lambda: datetime.now(UTC)) -> 
         now = clock()
         try:
             end = parse_moment(until, now) if until else now
+        except ValueError as exc:
+            raise invalid("until", until, str(exc)) from None
+        try:
             start = parse_moment(since, end)
         except ValueError as exc:
-            raise HTTPException(422, str(exc)) from None
+            raise invalid("since", since, str(exc)) from None
         if start >= end:
-            raise HTTPException(422, "since must be before until")
+            raise invalid("since", since, "since must be before until")
         found = compute_report(session, start, end, by, top)
         return Response(render(found, format), media_type=MEDIA_TYPES[format])
 

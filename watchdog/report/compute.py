@@ -169,15 +169,22 @@ def compute_report(session: Session, since: datetime, until: datetime, by: Group
 
 def parse_moment(text: str, now: datetime) -> datetime:
     """`7d` / `36h` / seconds: that long before `now`; else an ISO 8601 time (UTC when it names no zone).
-    ValueError otherwise."""
+    ValueError otherwise, also for a moment outside datetime's years 1..9999 (`99999999999d`, or
+    `0001-01-01T00:00+01:00` in UTC), which raised OverflowError: a 500 from /api/v1/reports."""
     from volcano_monitor.watchdog.notify.settings import parse_duration
 
+    out_of_range = f"{text!r} is outside the years 1..9999"
     try:
         return now - timedelta(seconds=parse_duration(text))
     except ValueError:
         pass
+    except OverflowError:
+        raise ValueError(out_of_range) from None
     try:
         moment = datetime.fromisoformat(text.replace("Z", "+00:00"))
     except ValueError:
         raise ValueError(f"not a duration (7d, 36h) or an ISO 8601 time: {text!r}") from None
-    return moment.replace(tzinfo=UTC) if moment.tzinfo is None else moment.astimezone(UTC)
+    try:
+        return moment.replace(tzinfo=UTC) if moment.tzinfo is None else moment.astimezone(UTC)
+    except OverflowError:
+        raise ValueError(out_of_range) from None
