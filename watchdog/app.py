@@ -103,7 +103,8 @@ class Watchdog:
         self.alerts = AlertBook()
         self.observer = Observer(self.index, self.detectors.failures, self.detectors.gangs, queues, self.notes,
                                  self.recorder, self.histograms, clock,
-                                 unstored_seconds=2 * settings.leader_election.lease_duration_seconds + 30)
+                                 unstored_seconds=2 * settings.leader_election.lease_duration_seconds + 30,
+                                 node_allocatable=self.nodes.largest_allocatable)
         self.observer.sample_consumers.append(self._gpu_samples)
         if self.hot is not None:  # which pods use a hot node (NodeHot)
             self.observer.sample_consumers.append(lambda _, samples: self.nodes.add_samples(samples))

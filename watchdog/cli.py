@@ -27,6 +27,7 @@ from volcano_monitor.watchdog.db.engine import (
     migrate,
 )
 from volcano_monitor.watchdog.recommend import compute_recommendations, render
+from volcano_monitor.watchdog.recommend_output import OUTPUTS
 
 log = logging.getLogger("volcano-watchdog")
 
@@ -51,7 +52,9 @@ def build_parser() -> argparse.ArgumentParser:
     commands.add_parser("migrate", help="bring the database schema up to date, then exit")
     recommend = commands.add_parser("recommend", help="print request recommendations from the stored history")
     recommend.add_argument("--namespace", help="only this namespace")
-    recommend.add_argument("-o", "--output", choices=["table", "json", "yaml"], default="table")
+    recommend.add_argument("-o", "--output", choices=list(OUTPUTS), default="table",
+                           help="table (people), csv (spreadsheets), json (programs, base units) or yaml (a Job "
+                                "patch per workload; below recommendations.min_confidence none, only the reason)")
     report = commands.add_parser("report", help="print requested vs used hours, waste, failures and wait/run times")
     report.add_argument("--since", default="7d", help="start: a duration before --until (7d, 36h) or an ISO 8601 "
                         "time (default: 7d)")

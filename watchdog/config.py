@@ -17,7 +17,7 @@ import yaml
 from pydantic import BaseModel, ConfigDict, Field, SecretStr, ValidationError, field_validator, model_validator
 
 from volcano_monitor.core.flags import host_port
-from volcano_monitor.watchdog.capability.settings import CapabilitySettings
+from volcano_monitor.watchdog.capability.settings import CapabilitySettings, Quantity
 from volcano_monitor.watchdog.gpuidle.settings import GpuIdleSettings
 from volcano_monitor.watchdog.node_settings import GpuStrandedSettings, NodeHotSettings
 from volcano_monitor.watchdog.notify.settings import LeaderElection, Notifications, parse_duration
@@ -141,6 +141,29 @@ class Detectors(Section):
     node_hot: NodeHotSettings = NodeHotSettings()
 
 
+class ContainerPolicy(Section):
+    """Caps of the recommendations of the containers it selects, like a VPA containerPolicy. Selectors are
+    exact names or shell globs (`team-*`, `*`); of the policies that select a container, the most specific
+    (most selectors other than `*`) applies, the first listed on a tie."""
+
+    namespace: str = Field(default="*", max_length=253, description="Namespace selector.")
+    queue: str = Field(default="*", max_length=253, description="Queue selector.")
+    workload: str = Field(default="*", max_length=253, description="Workload selector.")
+    container: str = Field(default="*", max_length=253, description="Container name selector.")
+    min_allowed: dict[Literal["cpu", "memory"], Quantity] = Field(
+        default_factory=dict, description="Lowest request recommended (quantities: `cpu: 100m`, `memory: 1Gi`).")
+    max_allowed: dict[Literal["cpu", "memory"], Quantity] = Field(
+        default_factory=dict, description="Highest request recommended.")
+
+    @model_validator(mode="after")
+    def _ordered(self) -> ContainerPolicy:
+        for name, low in self.min_allowed.items():
+            high = self.max_allowed.get(name)
+            if high is not None and high < low:
+                raise ValueError(f"max_allowed.{name} is below min_allowed.{name}")
+        return self
+
+
 class Recommendations(Section):
     """Request recommendations in the manner of the VPA recommender."""
 
@@ -156,6 +179,16 @@ class Recommendations(Section):
     workload_label: str | None = Field(
         default=None, description="Pod label naming the workload; default: namespace + job name without its run suffix."
     )
+    min_confidence: float = Field(
+        default=0.14, ge=0, le=1,
+        description="Below this confidence (history in days / 7) a recommendation shows no patch, only \"not enough "
+                    "history\". 0.14: about a day of one-a-minute samples, the first complete daily memory peak; "
+                    "before that the upper bound is more than twice the p95.")
+    container_policies: list[ContainerPolicy] = Field(
+        default_factory=list,
+        description="Per-container caps, like the VPA's containerPolicies: each {namespace, queue, workload, "
+                    "container (names or globs, default `*`), min_allowed, max_allowed ({cpu, memory} "
+                    "quantities)}; the most specific match applies (docs/watchdog.md).")
 
 
 class Digest(Section):

@@ -17,6 +17,7 @@ from typing import Any
 from kubernetes import client
 
 from volcano_monitor.core.backoff import Backoff
+from volcano_monitor.core.containers import Container, Containers, parse_containers
 from volcano_monitor.core.kube.informer import Informer
 from volcano_monitor.core.kube.resources import EVENTS, JOBS, NODES, PODGROUPS, PODS, QUEUES, ResourceKind
 from volcano_monitor.core.model import Pod, parse_job, parse_node, parse_pod, parse_podgroup, parse_queue
@@ -73,14 +74,33 @@ def node_informer(api: client.ApiClient, on_node: Callable[[str, Any], None],
     return nodes
 
 
+_SHARED_CONTAINERS: dict[tuple[Container, ...], Containers] = {}
+
+
+def _containers(raw: Any) -> Containers:
+    """The pod's containers' requests and limits (recommendations keep each container's limit/request
+    ratio). Pods of one task have the same spec: equal views are shared, so 100k pods cost a few thousand
+    objects, not 100k (the table is cleared when it grows past 65536 distinct specs)."""
+    spec = parse_containers(raw, []).spec
+    shared = _SHARED_CONTAINERS.get(spec)
+    if shared is None:
+        if len(_SHARED_CONTAINERS) >= 65536:
+            _SHARED_CONTAINERS.clear()
+        shared = _SHARED_CONTAINERS[spec] = Containers(spec, ())
+    return shared
+
+
 def pod_view(workload_label: str | None, raw: Any) -> tuple[Pod, str]:
-    """The Pod view, plus the value of the configured workload label (views keep no labels)."""
+    """The Pod view with its containers' resources, plus the value of the configured workload label (views
+    keep no labels)."""
     value = ""
     if workload_label:
         labels = (raw.get("metadata") or {}).get("labels") if isinstance(raw, dict) else None
         found = labels.get(workload_label) if isinstance(labels, dict) else None
         value = found if isinstance(found, str) else ""
-    return parse_pod(raw), value
+    pod = parse_pod(raw)
+    pod.containers = _containers(raw)
+    return pod, value
 
 
 def essential_synced(running: list[Informer[Any]]) -> bool:

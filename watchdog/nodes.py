@@ -61,6 +61,18 @@ class NodeTable:
             else:
                 self._nodes[node.name] = node
 
+    def largest_allocatable(self) -> dict[str, float]:
+        """Per resource (cpu, memory), the most one node can give: a recommendation above it could never
+        be placed (watchdog.recommend_policy). Empty while no node is known."""
+        largest: dict[str, float] = {}
+        with self.lock:
+            for node in self._nodes.values():
+                for name in ("cpu", "memory"):
+                    amount = res_get(node.allocatable, name)
+                    if amount > largest.get(name, 0.0):
+                        largest[name] = amount
+        return largest
+
     def set_usage(self, usage: dict[str, NodeUsage], polled_at: float) -> None:
         """One successful NodeMetrics poll: the usage of every node that reported (a node missing from it
         loses its value, so a node whose metrics stopped is not judged on old numbers)."""

@@ -15,6 +15,7 @@ the alert book it loads from the database). Followers observe everything and wri
 
 from __future__ import annotations
 
+import math
 from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -29,6 +30,7 @@ from volcano_monitor.watchdog.detectors.gang import GangDetector
 from volcano_monitor.watchdog.detectors.queue import QueueDetector
 from volcano_monitor.watchdog.events import EventView, SchedulerNotes
 from volcano_monitor.watchdog.recommend import HistogramBook
+from volcano_monitor.watchdog.recommend_policy import RESOURCES, ContainerSpec
 from volcano_monitor.watchdog.usage.recorder import UsageRecorder
 
 __all__ = ["LEDGER_JOB", "LEDGER_PODGROUP", "SIGNALS", "Observer", "Write"]
@@ -50,7 +52,8 @@ class Write:
 class Observer:
     def __init__(self, index: ClusterIndex, failures: FailureDetector, gangs: GangDetector,
                  queues: QueueDetector, notes: SchedulerNotes, recorder: UsageRecorder,
-                 histograms: HistogramBook, clock: Callable[[], float], unstored_seconds: float = 60.0) -> None:
+                 histograms: HistogramBook, clock: Callable[[], float], unstored_seconds: float = 60.0,
+                 node_allocatable: Callable[[], dict[str, float]] = dict) -> None:
         self.index = index
         self.failures = failures
         self.gangs = gangs
@@ -66,6 +69,10 @@ class Observer:
         self.unstored: deque[tuple[float, Write]] = deque()
         self.unstored_seconds = unstored_seconds
         self._ooms_seen: set[tuple[str, str, int, bool]] = set()
+        # The largest node's allocatable, a cap of recommendations: read at most once a minute (nodes
+        # change rarely; pods come by the thousand).
+        self._node_allocatable = node_allocatable
+        self._largest: tuple[float, dict[str, float]] = (-math.inf, {})
         # Other consumers of usage samples, called with (source, samples): GPU idle seconds (DCGM data
         # from the Prometheus source), the nodes' view (NodeHot from pods' usage).
         self.sample_consumers: list[Callable[[str, Any], None]] = []
@@ -90,6 +97,7 @@ class Observer:
             self.queues.on_pod(event_type, pod)
             signals = self.failures.on_pod(event_type, pod)
             self._note_ooms(event_type, pod)
+            self._note_spec(event_type, pod)
             if event_type == DELETED:
                 for forget in self.pod_gone:
                     forget(pod.namespace, pod.name)
@@ -148,6 +156,25 @@ class Observer:
             self.runs.pop(uid, None)
         else:
             self.runs[uid] = run
+
+    def _note_spec(self, event_type: str, pod: Pod) -> None:
+        """Each container's requests and limits, its queue and the caps known now, for recommendations
+        (the book writes them only when they change)."""
+        if event_type == DELETED or pod.containers is None or not pod.containers.spec:
+            return
+        info = self.index.pod_info(pod.namespace, pod.name)
+        if info is None or not info.workload:
+            return
+        now = self.clock()
+        if now - self._largest[0] >= 60.0:
+            self._largest = (now, self._node_allocatable())
+        with self.index.lock:
+            queue = self.index.queues.get(info.queue) if info.queue else None
+        capability = {k: v for k, v in queue.capability if k in RESOURCES} if queue is not None else {}
+        for container in pod.containers.spec:
+            spec = ContainerSpec(info.queue, {k: v for k, v in container.requests if k in RESOURCES},
+                                 {k: v for k, v in container.limits if k in RESOURCES}, capability, self._largest[1])
+            self.histograms.note_spec(pod.namespace, info.workload, info.task, container.name, spec)
 
     def _note_ooms(self, event_type: str, pod: Pod) -> None:
         """An OOM kill raises the workload's memory recommendation (VPA's OOM bump), once per kill."""

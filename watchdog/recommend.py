@@ -1,204 +1,53 @@
 """Request recommendations per workload x task x container, in the manner of the VPA recommender.
 
 Histograms (watchdog.histogram) are kept in memory by `HistogramBook`, fed by the usage collectors,
-and flushed to `workload_histograms` by the writer; `compute_recommendations` reads that table.
-
-The math (`recommend`), with p = percentile of the decaying histogram and m = 1 + safety_margin:
-- CPU: every usage sample goes into the CPU histogram with weight 1 (VPA weights by the container's
-  request, to compare containers of different sizes inside one aggregate; our histograms are per
-  container already, and the usage sample carries no request). target = p(cpu_percentile) x m.
-- Memory: only the *peak* of each `memory_interval_hours` interval (aligned to the epoch, so daily
-  intervals are UTC days) is a sample, placed at the interval's end. While an interval is open, a
-  higher sample replaces its peak (the old one is subtracted). target = p(memory_percentile) x m.
-  Memory is not compressible: one high peak a day matters, the average does not.
-- OOM kill: a memory sample of `max(peak x oom_bump_ratio, peak + oom_min_bump_bytes)` enters the
-  current interval; also, for one memory interval after the kill the memory target is at least
-  that bump (`oom_bumped`), however much calmer history outweighs it.
-- History, in days: `min(last - first sample, samples / 1440)` (VPA: a sample a minute is "full"
-  sampling, so sparse sampling counts for less). confidence = min(1, days / 7): a week of history
-  is full confidence.
-- Bounds (VPA's formulas, on the history in days d, at least one hour):
-  lower = p50 x m x (1 + 0.001/d)^-2, upper = p95 x m x (1 + 1/d) — the upper bound is 2x after
-  one day and 1.14x after a week; lower <= target <= upper always.
-- Minimums (`min_cpu_cores`, `min_memory_bytes`) apply to all three. CPU is rounded up to a
-  millicore, memory up to a byte.
+and flushed to `workload_histograms` by the writer with the container's spec as last seen (requests,
+limits, queue, caps); `compute_recommendations` reads that table. The modules behind it:
+- watchdog.recommend_math: targets and bounds from the histograms (the VPA's formulas);
+- watchdog.recommend_policy: what makes them a recommendation one can paste: min/max_allowed, the queue's
+  capability and the largest node's allocatable as caps, limits that keep the container's own
+  limit/request ratio, and no patch below `min_confidence`;
+- watchdog.recommend_output: table, csv, json and yaml (patches) for people and programs.
 """
 
 from __future__ import annotations
 
 import copy
-import json
 import logging
 import math
 from collections import Counter
-from dataclasses import asdict, dataclass
-from datetime import UTC, datetime
+from datetime import datetime
 from typing import Any
 
 import orjson
-import yaml
-from sqlalchemy import Text, and_, delete, or_, select, type_coerce
+from sqlalchemy import and_, delete, or_, select
 from sqlalchemy.orm import Session
 
 from volcano_monitor.watchdog.config import Recommendations
 from volcano_monitor.watchdog.db.models import WorkloadHistogram
-from volcano_monitor.watchdog.histogram import DecayingHistogram, cpu_histogram, memory_histogram
+from volcano_monitor.watchdog.histogram import cpu_histogram, memory_histogram
+from volcano_monitor.watchdog.recommend_math import SAMPLES_PER_DAY, Estimate, history_days, oom_bump, recommend
+from volcano_monitor.watchdog.recommend_output import format_cpu, format_memory, render
+from volcano_monitor.watchdog.recommend_policy import ContainerSpec, Recommendation
+from volcano_monitor.watchdog.recommend_store import (
+    COLUMNS,
+    Entry,
+    compute_recommendations,
+    entry_from_row,
+    recommendation_of,
+    spec_from_row,
+    to_datetime,
+    upsert,
+)
+
+__all__ = ["SAMPLES_PER_DAY", "ContainerSpec", "Estimate", "HistogramBook", "Recommendation", "compute_recommendations",
+           "format_cpu", "format_memory", "history_days", "oom_bump", "recommend", "render"]
 
 log = logging.getLogger(__name__)
 
-SAMPLES_PER_DAY = 1440.0  # one sample a minute counts as full sampling (as in VPA)
-FULL_CONFIDENCE_DAYS = 7.0
-MIN_BOUND_DAYS = 1.0 / 24  # bounds widen as for at least one hour of history
-LOWER_PERCENTILE = 0.5
-UPPER_PERCENTILE = 0.95
 MAX_NAME = 253  # the key columns' length
 MAX_TIMESTAMP = 253402300799.0  # 9999-12-31: later timestamps cannot be stored
 Key = tuple[str, str, str, str]
-
-
-@dataclass(frozen=True)
-class Recommendation:
-    namespace: str
-    workload: str
-    task: str
-    container: str
-    cpu_target_cores: float
-    cpu_lower_cores: float
-    cpu_upper_cores: float
-    memory_target_bytes: float
-    memory_lower_bytes: float
-    memory_upper_bytes: float
-    confidence: float
-    samples: int
-    first_sample_at: datetime | None
-    last_sample_at: datetime | None
-    oom_bumped: bool
-
-    def to_dict(self) -> dict[str, Any]:
-        """JSON/YAML-safe: base units (cores, bytes), ISO 8601 times."""
-        out = asdict(self)
-        for name in ("first_sample_at", "last_sample_at"):
-            out[name] = out[name].isoformat() if out[name] else None
-        return out
-
-
-@dataclass(frozen=True)
-class Estimate:
-    """What `recommend` computes for one container."""
-
-    cpu_target_cores: float
-    cpu_lower_cores: float
-    cpu_upper_cores: float
-    memory_target_bytes: float
-    memory_lower_bytes: float
-    memory_upper_bytes: float
-    confidence: float
-    oom_bumped: bool
-
-
-def history_days(samples: int, first_ts: float | None, last_ts: float | None,
-                 samples_per_day: float = SAMPLES_PER_DAY) -> float:
-    if first_ts is None or last_ts is None or samples <= 0:
-        return 0.0
-    return max(0.0, min((last_ts - first_ts) / 86400.0, samples / samples_per_day))
-
-
-def oom_bump(peak_bytes: float, settings: Recommendations) -> float:
-    return max(peak_bytes * settings.oom_bump_ratio, peak_bytes + settings.oom_min_bump_bytes)
-
-
-def recommend(h_cpu: DecayingHistogram, h_mem: DecayingHistogram, settings: Recommendations, *, samples: int,
-              first_ts: float | None, last_ts: float | None, now_ts: float, last_oom_ts: float | None = None,
-              last_oom_memory_bytes: float = 0.0, samples_per_day: float = SAMPLES_PER_DAY) -> Estimate:
-    """The pure math (module docstring). Timestamps are seconds since the epoch."""
-    days = history_days(samples, first_ts, last_ts, samples_per_day)
-    bound_days = max(days, MIN_BOUND_DAYS)
-    margin = 1.0 + settings.safety_margin
-    up = 1.0 + 1.0 / bound_days
-    down = (1.0 + 0.001 / bound_days) ** -2
-
-    def bounds(hist: DecayingHistogram, percentile: float) -> tuple[float, float, float]:
-        p50, pt, p95 = hist.percentiles((LOWER_PERCENTILE, percentile, UPPER_PERCENTILE))
-        target = pt * margin
-        return min(p50 * margin * down, target), target, max(p95 * margin * up, target)
-
-    cpu_lower, cpu_target, cpu_upper = bounds(h_cpu, settings.cpu_percentile)
-    mem_lower, mem_target, mem_upper = bounds(h_mem, settings.memory_percentile)
-    oom_bumped = (last_oom_ts is not None and last_oom_memory_bytes > 0
-                  and now_ts - last_oom_ts <= settings.memory_interval_hours * 3600)
-    if oom_bumped:
-        mem_target = max(mem_target, oom_bump(last_oom_memory_bytes, settings))
-        mem_upper = max(mem_upper, mem_target)
-
-    def cores(x: float) -> float:
-        return math.ceil(round(max(x, settings.min_cpu_cores) * 1000, 6)) / 1000
-
-    def byte(x: float) -> float:
-        return float(math.ceil(max(x, settings.min_memory_bytes)))
-
-    return Estimate(cores(cpu_target), cores(cpu_lower), cores(cpu_upper), byte(mem_target), byte(mem_lower),
-                    byte(mem_upper), min(1.0, days / FULL_CONFIDENCE_DAYS), oom_bumped)
-
-
-@dataclass
-class _Entry:
-    cpu: DecayingHistogram
-    memory: DecayingHistogram
-    samples: int = 0
-    first: float | None = None
-    last: float | None = None
-    window_end: float | None = None  # end of the open memory interval; its peak is in `memory` at this ts
-    peak: float | None = None
-    last_oom: float | None = None
-    last_oom_memory: float = 0.0
-
-    def estimate(self, settings: Recommendations, now_ts: float, samples_per_day: float) -> Estimate:
-        return recommend(self.cpu, self.memory, settings, samples=self.samples, first_ts=self.first,
-                         last_ts=self.last, now_ts=now_ts, last_oom_ts=self.last_oom,
-                         last_oom_memory_bytes=self.last_oom_memory, samples_per_day=samples_per_day)
-
-
-def _ts(value: datetime | None) -> float | None:
-    return value.timestamp() if value is not None else None
-
-
-def _dt(value: float | None) -> datetime | None:
-    return datetime.fromtimestamp(value, UTC) if value is not None else None
-
-
-def _json(value: Any) -> Any:
-    """Stored JSON, whether the driver parsed it already (psycopg) or hands back text (SQLite)."""
-    return orjson.loads(value) if isinstance(value, str | bytes) else value
-
-
-_COLUMNS = (WorkloadHistogram.namespace, WorkloadHistogram.workload, WorkloadHistogram.task,
-            WorkloadHistogram.container, type_coerce(WorkloadHistogram.cpu, Text).label("cpu"),
-            type_coerce(WorkloadHistogram.memory, Text).label("memory"), WorkloadHistogram.samples,
-            WorkloadHistogram.first_sample_at, WorkloadHistogram.last_sample_at, WorkloadHistogram.last_oom_at,
-            WorkloadHistogram.last_oom_memory_bytes)
-
-
-def _entry_from_row(row: Any, half_life: float, skipped: Counter[str]) -> _Entry:
-    """A stored row back in memory; a malformed histogram becomes an empty one (counted, logged)."""
-    key = f"{row.namespace}/{row.workload}/{row.task}/{row.container}"
-    entry = _Entry(cpu_histogram(half_life), memory_histogram(half_life), samples=int(row.samples or 0),
-                   first=_ts(row.first_sample_at), last=_ts(row.last_sample_at), last_oom=_ts(row.last_oom_at),
-                   last_oom_memory=float(row.last_oom_memory_bytes or 0.0))
-    for name in ("cpu", "memory"):
-        empty = getattr(entry, name)
-        try:
-            data = _json(getattr(row, name))
-            setattr(entry, name, DecayingHistogram.decode(data, empty.first_bucket, empty.ratio, empty.max_value,
-                                                         half_life))
-        except (ValueError, TypeError, orjson.JSONDecodeError) as exc:
-            skipped["bad_stored_histogram"] += 1
-            log.warning("workload histogram %s: discarding malformed %s histogram: %s", key, name, exc)
-            continue
-        if name == "memory":
-            window_end, peak = data.get("window_end"), data.get("peak")
-            if isinstance(window_end, int | float) and isinstance(peak, int | float) and not entry.memory.is_empty():
-                entry.window_end, entry.peak = float(window_end), float(peak)
-    return entry
 
 
 def _number(value: Any, high: float = math.inf) -> float | None:
@@ -221,7 +70,9 @@ class HistogramBook:
         self.settings = settings
         self._half_life = settings.half_life_hours * 3600.0
         self._interval = settings.memory_interval_hours * 3600.0
-        self._entries: dict[Key, _Entry] = {}
+        self._entries: dict[Key, Entry] = {}
+        # The container as last seen (`note_spec`), as its stored JSON: a few hundred bytes per key.
+        self._specs: dict[Key, bytes] = {}
         self._dirty: set[Key] = set()
         self._last_flushed: list[Key] = []
         self.skipped: Counter[str] = Counter()
@@ -232,7 +83,7 @@ class HistogramBook:
     def dirty_count(self) -> int:
         return len(self._dirty)
 
-    def _entry(self, key: Key, ts: float | None) -> _Entry | None:
+    def _entry(self, key: Key, ts: float | None) -> Entry | None:
         if ts is None:
             self.skipped["bad_timestamp"] += 1
             return None
@@ -245,10 +96,10 @@ class HistogramBook:
                 self.skipped["bad_key"] += 1
                 log.debug("skipping a sample with an unusable key %r", key)
                 return None
-            entry = self._entries[key] = _Entry(cpu_histogram(self._half_life), memory_histogram(self._half_life))
+            entry = self._entries[key] = Entry(cpu_histogram(self._half_life), memory_histogram(self._half_life))
         return entry
 
-    def _add_peak(self, key: Key, entry: _Entry, value: float, ts: float, oom: bool = False) -> None:
+    def _add_peak(self, key: Key, entry: Entry, value: float, ts: float, oom: bool = False) -> None:
         end = (math.floor(ts / self._interval) + 1) * self._interval
         if entry.window_end is None or entry.peak is None or end > entry.window_end:  # a new interval
             entry.window_end, entry.peak = end, value
@@ -314,6 +165,22 @@ class HistogramBook:
         self._dirty.add(key)
         return len(good)
 
+    def note_spec(self, namespace: str, workload: str, task: str, container: str, spec: ContainerSpec) -> None:
+        """The container's current requests, limits, queue and caps, as a pod of it shows them (every pod
+        event: cheap when nothing changed). Written with the histograms at the next flush."""
+        key = (namespace, workload, task, container)
+        if not all(isinstance(part, str) and len(part) <= MAX_NAME for part in key) or not (namespace and workload):
+            return
+        data = orjson.dumps(spec.to_json(), option=orjson.OPT_SORT_KEYS)
+        if self._specs.get(key) != data:
+            self._specs[key] = data
+            if key in self._entries:
+                self._dirty.add(key)
+
+    def spec(self, key: Key) -> ContainerSpec | None:
+        data = self._specs.get(key)
+        return ContainerSpec.from_json(orjson.loads(data)) if data is not None else None
+
     def add_oom(self, namespace: str, workload: str, task: str, container: str, ts: float,
                 memory_bytes: float) -> None:
         """An OOM kill with the memory at the kill (or the request/limit when that is all we know)."""
@@ -337,8 +204,9 @@ class HistogramBook:
         entry = self._entries.get((namespace, workload, task, container))
         if entry is None or (entry.cpu.is_empty() and entry.memory.is_empty()):
             return None
-        return _recommendation((namespace, workload, task, container), entry,
-                               entry.estimate(self.settings, now.timestamp(), samples_per_day))
+        key = (namespace, workload, task, container)
+        return recommendation_of(key, entry, entry.estimate(self.settings, now.timestamp(), samples_per_day),
+                               self.settings, self.spec(key))
 
     def for_workload(self, namespace: str, workload: str, now: datetime) -> list[Recommendation]:
         """Every task x container recommendation of one workload (for messages about it)."""
@@ -407,10 +275,13 @@ class HistogramBook:
 
     def load(self, session: Session) -> None:
         """Read every stored row. Keys changed in memory since the last flush keep their newer state."""
-        for row in session.execute(select(*_COLUMNS)):
+        for row in session.execute(select(*COLUMNS)):
             key: Key = (row.namespace, row.workload, row.task, row.container)
             if key not in self._dirty:
-                self._entries[key] = _entry_from_row(row, self._half_life, self.skipped)
+                self._entries[key] = entry_from_row(row, self._half_life, self.skipped)
+                spec = spec_from_row(row, self.skipped)
+                if spec is not None and key not in self._specs:
+                    self._specs[key] = orjson.dumps(spec.to_json(), option=orjson.OPT_SORT_KEYS)
 
     def reload(self, session: Session) -> None:
         """Forget memory and read the table: a replica that just became leader trusts what the previous
@@ -434,10 +305,11 @@ class HistogramBook:
                 memory.update(window_end=entry.window_end, peak=entry.peak)
             rows.append({"namespace": key[0], "workload": key[1], "task": key[2], "container": key[3],
                          "cpu": entry.cpu.to_dict(), "memory": memory, "samples": entry.samples,
-                         "first_sample_at": _dt(entry.first), "last_sample_at": _dt(entry.last),
-                         "last_oom_at": _dt(entry.last_oom), "last_oom_memory_bytes": entry.last_oom_memory,
+                         "first_sample_at": to_datetime(entry.first), "last_sample_at": to_datetime(entry.last),
+                         "last_oom_at": to_datetime(entry.last_oom), "last_oom_memory_bytes": entry.last_oom_memory,
+                         "spec": orjson.loads(spec) if (spec := self._specs.get(key)) is not None else None,
                          "updated_at": now})
-        _upsert(session, rows)
+        upsert(session, rows)
         self._dirty.clear()
         self._last_flushed = keys
         return len(rows)
@@ -451,6 +323,7 @@ class HistogramBook:
                  and (entry.last_oom is None or entry.last_oom < cut)]
         for key in stale:
             del self._entries[key]
+            self._specs.pop(key, None)
         table = WorkloadHistogram
         idle = and_(or_(table.last_sample_at.is_(None), table.last_sample_at < cutoff),
                     or_(table.last_oom_at.is_(None), table.last_oom_at < cutoff), table.updated_at < cutoff)
@@ -461,86 +334,3 @@ class HistogramBook:
         """The transaction holding the last flush was rolled back: write those keys again next time."""
         self._dirty.update(self._last_flushed)
         self._last_flushed = []
-
-
-_KEY = ("namespace", "workload", "task", "container")
-
-
-def _upsert(session: Session, rows: list[dict[str, Any]]) -> None:
-    """One INSERT .. ON CONFLICT DO UPDATE for all rows (SQLite and PostgreSQL speak the same)."""
-    dialect = session.get_bind().dialect.name
-    if dialect == "sqlite":
-        from sqlalchemy.dialects.sqlite import insert
-    elif dialect == "postgresql":
-        from sqlalchemy.dialects.postgresql import insert  # type: ignore[assignment]
-    else:
-        raise ValueError(f"workload histograms need SQLite or PostgreSQL, not {dialect}")
-    stmt = insert(WorkloadHistogram)
-    stmt = stmt.on_conflict_do_update(index_elements=list(_KEY), set_={
-        name: stmt.excluded[name] for name in rows[0] if name not in _KEY})
-    session.execute(stmt, rows)
-
-
-def _recommendation(key: Key, entry: _Entry, est: Estimate) -> Recommendation:
-    return Recommendation(*key, est.cpu_target_cores, est.cpu_lower_cores, est.cpu_upper_cores,
-                          est.memory_target_bytes, est.memory_lower_bytes, est.memory_upper_bytes,
-                          est.confidence, entry.samples, _dt(entry.first), _dt(entry.last), est.oom_bumped)
-
-
-def compute_recommendations(session: Session, settings: Recommendations, now: datetime, namespace: str | None = None,
-                            *, samples_per_day: float = SAMPLES_PER_DAY,
-                            workload: str | None = None) -> list[Recommendation]:
-    """Recommendations for every stored workload x task x container (of one namespace, of one workload:
-    the UI's job page reads one), sorted by key. Rows whose histograms are both empty (or unreadable)
-    are left out."""
-    query = select(*_COLUMNS).order_by(*_COLUMNS[:4])
-    if namespace is not None:
-        query = query.where(WorkloadHistogram.namespace == namespace)
-    if workload is not None:
-        query = query.where(WorkloadHistogram.workload == workload)
-    half_life = settings.half_life_hours * 3600.0
-    now_ts = now.timestamp()
-    skipped: Counter[str] = Counter()
-    out = []
-    for row in session.execute(query):
-        entry = _entry_from_row(row, half_life, skipped)
-        if entry.cpu.is_empty() and entry.memory.is_empty():
-            continue
-        key = (row.namespace, row.workload, row.task, row.container)
-        out.append(_recommendation(key, entry, entry.estimate(settings, now_ts, samples_per_day)))
-    return out
-
-
-# -- output -----------------------------------------------------------------------------------------
-def format_cpu(cores: float) -> str:
-    return f"{math.ceil(round(cores * 1000, 6))}m"
-
-
-def format_memory(value: float) -> str:
-    mib = value / 2**20
-    if mib < 1024:
-        return f"{math.ceil(round(mib, 6))}Mi"
-    return f"{math.ceil(round(mib / 1024 * 100, 6)) / 100:g}Gi"
-
-
-def render(recommendations: list[Recommendation], output: str) -> str:
-    """"table" for people (CPU in millicores, memory in Mi/Gi, rounded up); "json" / "yaml" for
-    programs (a list of objects in base units: cores, bytes, ISO 8601 times)."""
-    if output == "json":
-        return json.dumps([r.to_dict() for r in recommendations], indent=2, ensure_ascii=False) + "\n"
-    if output == "yaml":
-        return str(yaml.safe_dump([r.to_dict() for r in recommendations], sort_keys=False, allow_unicode=True))
-    if output != "table":
-        raise ValueError(f"unknown output format {output!r}: use table, json or yaml")
-    if not recommendations:
-        return "no recommendations yet: no usage history stored\n"
-    header = ("NAMESPACE", "WORKLOAD", "TASK", "CONTAINER", "CPU", "CPU RANGE", "MEMORY", "MEMORY RANGE",
-              "CONFIDENCE", "SAMPLES", "NOTE")
-    lines = [header] + [(
-        r.namespace, r.workload, r.task or "-", r.container, format_cpu(r.cpu_target_cores),
-        f"{format_cpu(r.cpu_lower_cores)}-{format_cpu(r.cpu_upper_cores)}", format_memory(r.memory_target_bytes),
-        f"{format_memory(r.memory_lower_bytes)}-{format_memory(r.memory_upper_bytes)}", f"{r.confidence:.2f}",
-        str(r.samples), "OOM bump" if r.oom_bumped else "") for r in recommendations]
-    widths = [max(len(line[i]) for line in lines) for i in range(len(header))]
-    return "".join("  ".join(cell.ljust(w) for cell, w in zip(line, widths, strict=True)).rstrip() + "\n"
-                   for line in lines)

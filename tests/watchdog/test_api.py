@@ -325,7 +325,9 @@ def test_recommendations(engine: Engine, monkeypatch: pytest.MonkeyPatch) -> Non
                     "memory_target_bytes": 2**30, "memory_lower_bytes": 2**29, "memory_upper_bytes": 2**31,
                     "confidence": 0.75, "samples": 1234, "first_sample_at": (NOW - timedelta(days=2)).isoformat(
                     ).replace("+00:00", "Z"), "last_sample_at": NOW.isoformat().replace("+00:00", "Z"),
-                    "oom_bumped": False}]
+                    "oom_bumped": False,  # the fields above are the first version's; those below were added
+                    "status": "ok", "message": "", "cpu_limit_cores": None, "memory_limit_bytes": None,
+                    "capped_by": {}, "current_requests": None, "current_limits": None, "queue": "", "notes": []}]
 
 
 def rollup(start: str, queue: str, pod: str, samples: int, cpu_sum: float, memory_sum: float = 0.0,

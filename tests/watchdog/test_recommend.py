@@ -1,5 +1,7 @@
 from __future__ import annotations
 
+import csv
+import io
 import json
 import random
 from datetime import UTC, datetime, timedelta
@@ -10,16 +12,15 @@ import yaml
 from sqlalchemy import Engine, func, select, text
 from sqlalchemy.orm import Session
 
+from volcano_monitor.core.quantity import parse_quantity
 from volcano_monitor.watchdog.config import Recommendations
 from volcano_monitor.watchdog.db.models import WorkloadHistogram
 from volcano_monitor.watchdog.histogram import RATIO
 from volcano_monitor.watchdog.recommend import (
+    ContainerSpec,
     HistogramBook,
     Recommendation,
     compute_recommendations,
-    format_cpu,
-    format_memory,
-    render,
 )
 
 GiB, MiB = 2**30, 2**20
@@ -275,72 +276,63 @@ def test_garbage_rows_are_skipped_and_counted(engine: Engine, caplog: pytest.Log
     assert book.recommendation("n", "w", "", "c", now=T0) is not None and flush(engine, book) == 1
 
 
-def sample_recommendations() -> list[Recommendation]:
-    return [
-        Recommendation("team-a", "train", "worker", "main", 0.25, 0.2, 1.5, 1.5 * GiB, 1 * GiB, 3 * GiB, 0.43,
-                       4320, T0, T0 + timedelta(days=3), False),
-        Recommendation("team-b", "etl", "", "sidecar", 0.025, 0.025, 0.1, 250 * MiB, 250 * MiB, 900 * MiB, 0.0,
-                       1, None, None, True),
-    ]
-
-
-def test_render_table_is_for_people() -> None:
-    out = render(sample_recommendations(), "table")
-    lines = out.splitlines()
-    assert lines[0].split()[:5] == ["NAMESPACE", "WORKLOAD", "TASK", "CONTAINER", "CPU"]
-    assert "250m" in lines[1] and "200m-1500m" in lines[1] and "1.5Gi" in lines[1] and "1Gi-3Gi" in lines[1]
-    assert "25m" in lines[2] and "250Mi-900Mi" in lines[2] and "OOM bump" in lines[2] and " - " in lines[2]
-    assert format_cpu(0.0251) == "26m" and format_memory(1023.5 * MiB) == "1024Mi"
-    assert format_memory(2.345 * GiB) == "2.35Gi"
-    assert "no recommendations" in render([], "table")
-
-
-def test_render_json_and_yaml_are_for_programs() -> None:
-    recs = sample_recommendations()
-    as_json = json.loads(render(recs, "json"))
-    as_yaml = yaml.safe_load(render(recs, "yaml"))
-    assert as_json == as_yaml
-    assert as_json[0]["cpu_target_cores"] == 0.25 and as_json[0]["memory_target_bytes"] == 1.5 * GiB
-    assert as_json[0]["first_sample_at"] == "2024-05-01T00:00:00+00:00" and as_json[1]["last_sample_at"] is None
-    assert as_json[1]["oom_bumped"] is True and set(as_json[0]) == set(Recommendation.__dataclass_fields__)
-    assert json.loads(render([], "json")) == []
-    with pytest.raises(ValueError, match="unknown output"):
-        render(recs, "csv")
-
-
-def test_recommend_command_prints_what_the_database_holds(database_url: str) -> None:
-    """`volcano-watchdog recommend` as a user runs it, on both databases: table, json, yaml, namespace filter."""
+def recommend_cli(database_url: str, *args: str) -> str:
     import subprocess
     import sys
 
+    result = subprocess.run([sys.executable, "-m", "volcano_monitor.watchdog.cli", "--database-url", database_url,
+                             "recommend", *args], capture_output=True, text=True, timeout=60)
+    assert result.returncode == 0, result.stderr
+    return result.stdout
+
+
+def test_recommend_command_prints_what_the_database_holds(database_url: str) -> None:
+    """`volcano-watchdog recommend` as a user runs it, on both databases: table, csv, json, yaml, namespace
+    filter. The must-show pair: an hour of history gets no patch (and a ratio-kept limit in the numbers,
+    never the upper bound), a week gets a patch whose limit/request ratio is the container's own."""
     from volcano_monitor.watchdog.db.engine import make_engine, migrate
 
     engine = make_engine(database_url)
     migrate(engine)
     book = HistogramBook(Recommendations())
     start = datetime(2026, 1, 1, tzinfo=UTC).timestamp()
-    for minute in range(3 * 1440):
+    # train: request 2 cores / 4Gi, limits 3 cores / 6Gi (ratio 1.5); daily: 6Gi memory limit for 2Gi (3x)
+    book.note_spec("ml", "train", "worker", "main", ContainerSpec("q", {"cpu": 2.0, "memory": 4 * GiB},
+                                                                 {"cpu": 3.0, "memory": 6 * GiB}))
+    book.note_spec("etl", "daily", "", "main", ContainerSpec("q", {"memory": 2 * GiB}, {"memory": 6 * GiB}))
+    for minute in range(7 * 1440):
         ts = start + minute * 60
         book.add_usage("ml", "train", "worker", "main", ts, 1.0 + (minute % 10) / 10, 2 * 2**30)
-        book.add_usage("etl", "daily", "", "main", ts, 0.2, 2**29)
+        if minute >= 7 * 1440 - 60:  # the last hour only
+            book.add_usage("etl", "daily", "", "main", ts, 0.2, 2**29)
     with Session(engine) as session, session.begin():
-        book.flush(session, datetime.fromtimestamp(start + 3 * 86400, UTC))
+        book.flush(session, datetime.fromtimestamp(start + 7 * 86400, UTC))
     engine.dispose()
 
-    def run(*args: str) -> str:
-        result = subprocess.run([sys.executable, "-m", "volcano_monitor.watchdog.cli", "--database-url", database_url,
-                                 "recommend",
-                                 *args], capture_output=True, text=True, timeout=60)
-        assert result.returncode == 0, result.stderr
-        return result.stdout
+    rows = {r["workload"]: r for r in json.loads(recommend_cli(database_url, "-o", "json"))}
+    assert set(rows) == {"train", "daily"}
+    train, daily = rows["train"], rows["daily"]
+    assert 1.9 * 1.15 * 0.95 <= train["cpu_target_cores"] <= 2.0 * 1.15 * 1.06 and train["status"] == "ok"
+    assert train["cpu_limit_cores"] == pytest.approx(train["cpu_target_cores"] * 1.5, abs=0.001)
+    assert train["memory_limit_bytes"] == pytest.approx(train["memory_target_bytes"] * 1.5, abs=1)
+    assert daily["status"] == "not_enough_history" and daily["confidence"] < 0.01
+    assert daily["message"] == "not enough history (60 samples over 59m)"
+    assert daily["memory_limit_bytes"] == pytest.approx(daily["memory_target_bytes"] * 3, abs=1)
+    assert daily["memory_upper_bytes"] > 10 * daily["memory_target_bytes"] and daily["cpu_limit_cores"] is None
 
-    rows = json.loads(run("-o", "json"))
-    by_workload = {r["workload"]: r for r in rows}
-    assert set(by_workload) == {"train", "daily"}
-    assert 1.9 * 1.15 * 0.95 <= by_workload["train"]["cpu_target_cores"] <= 2.0 * 1.15 * 1.06
-    assert yaml.safe_load(run("-o", "yaml", "--namespace", "etl"))[0]["workload"] == "daily"
-    table = run("--namespace", "ml")
+    docs = list(yaml.safe_load_all(recommend_cli(database_url, "-o", "yaml")))
+    assert [d["workload"] for d in docs] == ["daily", "train"]
+    assert "patch" not in docs[0] and docs[0]["not_patched"] == {"/main": daily["message"]}
+    container = docs[1]["patch"]["spec"]["tasks"][0]["template"]["spec"]["containers"][0]
+    assert docs[1]["patch"]["spec"]["tasks"][0]["name"] == "worker" and container["name"] == "main"
+    requests, limits = container["resources"]["requests"], container["resources"]["limits"]
+    assert parse_quantity(limits["cpu"]) / parse_quantity(requests["cpu"]) == pytest.approx(1.5, rel=0.002)
+    assert parse_quantity(limits["memory"]) / parse_quantity(requests["memory"]) == pytest.approx(1.5, rel=0.002)
+
+    table = recommend_cli(database_url, "--namespace", "ml")
     assert "train" in table and "daily" not in table
+    csv_rows = list(csv.DictReader(io.StringIO(recommend_cli(database_url, "-o", "csv", "--namespace", "etl"))))
+    assert len(csv_rows) == 1 and csv_rows[0]["memory"] == "-" and "not enough history" in csv_rows[0]["note"]
 
 
 def test_recommend_creates_no_database_and_names_the_one_it_read(tmp_path: Path, database_url: str) -> None:

@@ -182,6 +182,9 @@ class WorkloadHistogram(Base):
     last_sample_at: Mapped[datetime | None]
     last_oom_at: Mapped[datetime | None]
     last_oom_memory_bytes: Mapped[float] = mapped_column(Float, default=0.0)
+    # The container as last seen: requests, limits, queue and caps (watchdog.recommend_policy.ContainerSpec);
+    # NULL until a pod of it is seen.
+    spec: Mapped[dict[str, Any] | None]
     updated_at: Mapped[datetime]
 
 

@@ -1,5 +1,6 @@
-"""HTML building blocks of the watchdog's web UI: the page frame, tables, amounts, the usage chart and the
-YAML patch of a recommendation. Plain functions returning strings; no template engine, no JavaScript.
+"""HTML building blocks of the watchdog's web UI: the page frame, tables, amounts and the usage chart (the
+recommendation section is watchdog.ui.recommendations). Plain functions returning strings; no template
+engine, no JavaScript.
 
 Everything that came from the cluster or the database (job names, labels, summaries, messages) is
 user-controlled: it goes through `esc` (text and attributes) or `qs` (query strings) and nowhere else.
@@ -12,8 +13,6 @@ import math
 from collections.abc import Iterable, Sequence
 from datetime import datetime
 from urllib.parse import urlencode
-
-from volcano_monitor.watchdog.recommend import Recommendation, format_cpu, format_memory
 
 STYLE = """
 body{font:14px/1.4 system-ui,sans-serif;margin:0;color:#1d2329;background:#f6f7f9}
@@ -134,26 +133,3 @@ def chart(points: Sequence[tuple[datetime, float, float]], unit: str, title: str
             f'<text x="{pad}" y="{h - 8}" font-size="11">{when(points[0][0])}</text>'
             f'<text x="{w - pad}" y="{h - 8}" font-size="11" text-anchor="end">{when(points[-1][0])}</text>'
             "</svg></figure>")
-
-
-def yaml_patch(job_name: str, namespace: str, recommendations: Sequence[Recommendation]) -> str:
-    """The Volcano Job's task containers with the recommended resources, in the shape of the Job's
-    manifest (`spec.tasks[].template.spec.containers[].resources`), to paste into it for the next run.
-    Not a `kubectl patch --type merge`: a merge patch replaces the whole `spec.tasks` list (replicas,
-    policies and images would go), and Volcano's webhook refuses changing a live Job's tasks anyway.
-    Names are written as JSON strings: valid YAML whatever they contain."""
-    import json
-
-    tasks: dict[str, list[Recommendation]] = {}
-    for rec in recommendations:
-        tasks.setdefault(rec.task, []).append(rec)
-    lines = [f"# Job {json.dumps(namespace)}/{json.dumps(job_name)}: merge into its manifest, then re-submit",
-             "spec:", "  tasks:"]
-    for task, recs in sorted(tasks.items()):
-        lines += [f"  - name: {json.dumps(task)}", "    template:", "      spec:", "        containers:"]
-        for rec in recs:
-            lines += [f"        - name: {json.dumps(rec.container)}", "          resources:", "            requests:",
-                      f'              cpu: "{format_cpu(rec.cpu_target_cores)}"',
-                      f'              memory: "{format_memory(rec.memory_target_bytes)}"',
-                      "            limits:", f'              memory: "{format_memory(rec.memory_upper_bytes)}"']
-    return "\n".join(lines) + "\n"

@@ -39,8 +39,8 @@ from volcano_monitor.watchdog.ui.html import (
     qs,
     table,
     when,
-    yaml_patch,
 )
+from volcano_monitor.watchdog.ui.recommendations import section
 
 PAGE = 50
 Text = Annotated[str, Query(max_length=253, pattern=r"^[^\x00]*$")]
@@ -202,7 +202,8 @@ def ui_router(engine: Engine, settings: Settings, clock: Callable[[], datetime],
             points = s.execute(select(r.bucket_start, func.sum(r.cpu_cores_sum / func.nullif(r.samples, 0)),
                                       func.sum(r.cpu_request_cores),
                                       func.sum(r.memory_bytes_sum / func.nullif(r.samples, 0)),
-                                      func.sum(r.memory_request_bytes))
+                                      func.sum(r.memory_request_bytes),
+                                      func.sum(r.gpu_util_sum) / func.nullif(func.sum(r.gpu_samples), 0))
                                .where(r.job_uid == uid).group_by(r.bucket_start).order_by(r.bucket_start)
                                .limit(2000)).all()
             recs = recommend.compute_recommendations(s, settings.recommendations, clock(), run.namespace,
@@ -222,19 +223,13 @@ def ui_router(engine: Engine, settings: Settings, clock: Callable[[], datetime],
             ["pods pending / running / succeeded / failed",
              esc(f"{run.pods_pending} / {run.pods_running} / {run.pods_succeeded} / {run.pods_failed}")],
             ["retries", esc(run.retry_count)], ["uid", esc(run.uid)]])
-        cpu = [(t, u or 0.0, q or 0.0) for t, u, q, _, _ in points]
-        mem = [(t, (u or 0.0) / 2**30, (q or 0.0) / 2**30) for t, _, _, u, q in points]
-        body = (facts + "<h2>Usage vs request</h2>" + chart(cpu, "cores", "CPU") + chart(mem, "GiB", "Memory")
-                + "<h2>Recommendation</h2>")
-        if recs:
-            body += table(("task", "container", "cpu", "memory", "memory limit", "confidence", "samples"), [
-                [esc(x.task), esc(x.container), esc(recommend.format_cpu(x.cpu_target_cores)),
-                 esc(recommend.format_memory(x.memory_target_bytes)),
-                 esc(recommend.format_memory(x.memory_upper_bytes)), esc(f"{x.confidence:.2f}"), esc(x.samples)]
-                for x in recs])
-            body += f"<pre>{esc(yaml_patch(run.name, run.namespace, recs))}</pre>"
-        else:
-            body += f'<p class="muted">no usage history of workload {esc(run.workload)} yet</p>'
+        cpu = [(t, u or 0.0, q or 0.0) for t, u, q, _, _, _ in points]
+        mem = [(t, (u or 0.0) / 2**30, (q or 0.0) / 2**30) for t, _, _, u, q, _ in points]
+        body = facts + "<h2>Usage vs request</h2>" + chart(cpu, "cores", "CPU") + chart(mem, "GiB", "Memory")
+        if run.requested_gpus > 0:  # DCGM utilisation, mean over the job's GPU containers, against 100 %
+            gpu = [(t, float(g), 100.0) for t, *_, g in points if g is not None]
+            body += chart(gpu, "% of the requested GPUs' time", "GPU utilisation")
+        body += "<h2>Recommendation</h2>" + section(run.name, run.namespace, run.workload, recs)
         body += "<h2>Alerts</h2>" + table(ALERT_HEADERS, alert_rows(alerts))
         return html(f"Job {run.namespace}/{run.name}", body)
 

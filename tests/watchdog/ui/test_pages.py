@@ -10,12 +10,14 @@ import re
 from datetime import timedelta
 
 import pytest
+import yaml
 from fastapi.testclient import TestClient
 from pydantic import SecretStr
 from sqlalchemy import Engine, select
 from sqlalchemy.orm import Session
 
 from tests.watchdog.test_api import NOW, TOKEN, health, insert, make_alert, make_run
+from volcano_monitor.core.quantity import parse_quantity
 from volcano_monitor.watchdog.api import QueueView, create_app
 from volcano_monitor.watchdog.app import Watchdog
 from volcano_monitor.watchdog.config import Settings
@@ -29,7 +31,7 @@ from volcano_monitor.watchdog.db.models import (
     UsageRollup,
 )
 from volcano_monitor.watchdog.notify.routing import parse_matcher
-from volcano_monitor.watchdog.recommend import HistogramBook
+from volcano_monitor.watchdog.recommend import ContainerSpec, HistogramBook
 
 READ = "read-only-T0ken"
 EVIL = '<script>alert("x")</script>'
@@ -86,26 +88,54 @@ def test_jobs_filter_paginate_and_show_efficiency(engine: Engine) -> None:
     assert "1&ndash;1 of 1" in one and 'value="job7"' in one
 
 
-def test_job_page_has_chart_alerts_and_yaml(engine: Engine) -> None:
-    run = make_run("uid-9", "train-7", namespace="ml")
-    run.workload = "train"
+def job_with_history(engine: Engine, uid: str, workload: str, minutes: int, gpus: float = 0) -> None:
+    """A run of `workload` with 30 minutes of rollups (GPU utilisation too when it requests GPUs) and
+    `minutes` of one-a-minute history in the histograms, fed by the worker's own code, with the
+    container's spec as a pod of it shows: request 2 cores / 4Gi, memory limit 8Gi, no CPU limit."""
+    run = make_run(uid, f"{workload}-7", namespace="ml")
+    run.workload, run.requested_gpus = workload, gpus
     rollups = [UsageRollup(bucket_start=NOW - timedelta(minutes=5 * i), bucket_seconds=300, namespace="ml",
-                           pod="train-7-worker-0", container="main", job_uid="uid-9", workload="train", task="worker",
-                           queue="q1", samples=10, cpu_cores_sum=10.0 * i, cpu_request_cores=8,
-                           memory_bytes_sum=10 * 2**30, memory_request_bytes=16 * 2**30) for i in range(6)]
-    alert = make_alert(3, namespace="ml")
-    alert.job_name = "train-7"
+                           pod=f"{workload}-7-worker-0", container="main", job_uid=uid, workload=workload,
+                           task="worker", queue="q1", samples=10, cpu_cores_sum=10.0 * i, cpu_request_cores=8,
+                           memory_bytes_sum=10 * 2**30, memory_request_bytes=16 * 2**30, gpu_request=gpus,
+                           gpu_samples=10 if gpus else 0, gpu_util_sum=10 * 40.0 + i if gpus else 0.0)
+               for i in range(6)]
+    alert = make_alert(3 + len(uid), namespace="ml")
+    alert.job_name = run.name
     insert(engine, run, alert, *rollups)
     book = HistogramBook(Settings().recommendations)  # a histogram by the worker's own code
-    for i in range(200):
-        book.add_usage("ml", "train", "worker", "main", NOW.timestamp() - 60 * i, 1.5, 3 * 2**30)
+    book.note_spec("ml", workload, "worker", "main", ContainerSpec("q1", {"cpu": 2.0, "memory": 4 * 2**30},
+                                                                  {"memory": 8 * 2**30}))
+    for i in range(minutes):
+        book.add_usage("ml", workload, "worker", "main", NOW.timestamp() - 60 * i, 1.5, 3 * 2**30)
     with Session(engine) as session, session.begin():
         book.flush(session, NOW)
+
+
+def test_job_page_with_little_history_shows_no_patch(engine: Engine) -> None:
+    """Three hours of history: the range and "not enough history", no YAML, no limit (the upper bound
+    would have been one); a GPU job charts its GPU utilisation beside CPU and memory."""
+    job_with_history(engine, "uid-9", "train", minutes=200, gpus=2)
     page = ui(engine).get("/ui/jobs/uid-9").text
-    assert page.count("<polyline") == 4 and "<svg" in page
+    assert page.count("<polyline") == 6 and 'aria-label="GPU utilisation"' in page
     assert "/ui/alerts/" in page and "JobFailed" in page
-    assert re.search(r'- name: &quot;worker&quot;.*- name: &quot;main&quot;.*cpu: &quot;\d+m&quot;', page, re.S)
+    assert "not enough history (200 samples over 3h 19m)" in page and 'id="no-patch"' in page
+    assert "<pre" not in page and "limits" not in page
+    assert "2000m / -" in page and "4Gi / 8Gi" in page  # what the container asks for now
     assert ui(engine).get("/ui/jobs/nope").status_code == 404
+
+
+def test_job_page_with_a_week_of_history_shows_a_patch_keeping_the_ratio(engine: Engine) -> None:
+    job_with_history(engine, "uid-8", "etl", minutes=8 * 1440)
+    page = html.unescape(ui(engine).get("/ui/jobs/uid-8").text)
+    assert page.count("<polyline") == 4 and "GPU utilisation" not in page  # no GPUs requested: no GPU chart
+    assert "not enough history" not in page
+    patch = re.search(r'<pre id="patch">(.*?)</pre>', page, re.S)
+    assert patch is not None
+    resources = yaml.safe_load(patch.group(1))["spec"]["tasks"][0]["template"]["spec"]["containers"][0]["resources"]
+    request, limit = parse_quantity(resources["requests"]["memory"]), parse_quantity(resources["limits"]["memory"])
+    assert limit / request == pytest.approx(2.0, rel=0.01) and "cpu" not in resources["limits"]
+    assert 3 * 2**30 * 1.15 <= request <= 3 * 2**30 * 1.15 * 1.06
 
 
 def test_resolve_needs_the_write_token_in_the_form(engine: Engine) -> None:

@@ -1,0 +1,153 @@
+"""watchdog.recommend_policy: limits as the VPA sets them, each cap (and that it is named), the confidence
+gate, policy selection, and a stored spec that is garbage. Then the spec as the running watchdog learns it:
+a real pod, queue and node through the observer into the book."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from tests.exporter import objects
+from volcano_monitor.core.kube.informer import ADDED
+from volcano_monitor.core.model import parse_node, parse_podgroup, parse_queue
+from volcano_monitor.watchdog.app import Watchdog
+from volcano_monitor.watchdog.config import ContainerPolicy, Recommendations, load
+from volcano_monitor.watchdog.db.engine import make_engine
+from volcano_monitor.watchdog.recommend_math import Estimate
+from volcano_monitor.watchdog.recommend_policy import (
+    NOT_ENOUGH_HISTORY,
+    OK,
+    ContainerSpec,
+    finish,
+    history_text,
+    policy_for,
+    proportional_limit,
+)
+
+GiB = 2**30
+KEY = ("team-a", "train", "worker", "main")
+T0 = datetime(2026, 1, 1, tzinfo=UTC)
+WEEK = Estimate(2.0, 1.5, 2.5, 8 * GiB, 6 * GiB, 10 * GiB, 1.0, False)  # full confidence
+HOUR = Estimate(2.0, 0.5, 50.0, 8 * GiB, 2 * GiB, 200 * GiB, 1 / 24 / 7, False)  # an hour: the bound is 25x
+
+
+def done(est: Estimate = WEEK, spec: ContainerSpec | None = None, settings: Recommendations | None = None,
+         samples: int = 10080) -> Any:
+    last = T0 + timedelta(minutes=samples - 1)
+    return finish(KEY, est, settings or Recommendations(), spec, samples=samples, first=T0, last=last)
+
+
+def test_limits_keep_the_containers_ratio_and_none_where_it_had_none() -> None:
+    rec = done(spec=ContainerSpec("q", {"cpu": 1.0, "memory": 4 * GiB}, {"memory": 12 * GiB}))
+    assert rec.status == OK and rec.message == "" and rec.capped_by == {}
+    assert rec.memory_limit_bytes == 3 * rec.memory_target_bytes and rec.cpu_limit_cores is None
+    assert rec.notes == ["no cpu limit: the container sets none"]
+    assert rec.current_requests == {"cpu": 1.0, "memory": 4 * GiB} and rec.current_limits == {"memory": 12 * GiB}
+    # a limit without a request: Kubernetes takes the limit as the request, so the limit is the request
+    rec = done(spec=ContainerSpec("q", {}, {"cpu": 4.0}))
+    assert rec.cpu_limit_cores == rec.cpu_target_cores == 2.0
+    assert proportional_limit(2.0, 1.0, 1.5) == 3.0 and proportional_limit(2.0, 1.0, None) is None
+
+
+def test_unknown_current_limits_give_no_limit_and_say_so() -> None:
+    rec = done(spec=None)
+    assert rec.cpu_limit_cores is None and rec.memory_limit_bytes is None and rec.current_limits is None
+    assert "unknown" in rec.notes[0] and rec.status == OK
+
+
+def test_below_min_confidence_no_patch_but_a_reason_and_never_the_bound_as_limit() -> None:
+    spec = ContainerSpec("q", {"memory": 4 * GiB}, {"memory": 8 * GiB})
+    rec = done(HOUR, spec, samples=60)
+    assert rec.status == NOT_ENOUGH_HISTORY and not rec.patchable
+    assert rec.message == "not enough history (60 samples over 59m)"
+    assert rec.memory_limit_bytes == 2 * rec.memory_target_bytes < rec.memory_upper_bytes
+    assert done(HOUR, spec, Recommendations(min_confidence=0), samples=60).status == OK
+    assert history_text(3000, T0, T0 + timedelta(days=2, hours=12)) == "not enough history (3000 samples over 2.5 days)"
+    assert history_text(200, T0, T0 + timedelta(minutes=199)) == "not enough history (200 samples over 3h 19m)"
+
+
+@pytest.mark.parametrize(("spec", "policy", "capped_by", "memory"), [
+    (ContainerSpec("q"), ContainerPolicy(max_allowed={"memory": "4Gi"}), "max_allowed", 4 * GiB),
+    (ContainerSpec("q"), ContainerPolicy(min_allowed={"memory": "16Gi"}), "min_allowed", 16 * GiB),
+    (ContainerSpec("q", queue_capability={"memory": 5 * GiB}), None, "queue_capability", 5 * GiB),
+    (ContainerSpec("q", node_allocatable={"memory": 6 * GiB}), None, "node_allocatable", 6 * GiB),
+    # the lowest maximum wins, and is the one named
+    (ContainerSpec("q", queue_capability={"memory": 7 * GiB}, node_allocatable={"memory": 6 * GiB}),
+     ContainerPolicy(max_allowed={"memory": "6.5Gi"}), "node_allocatable", 6 * GiB),
+])
+def test_each_cap_holds_the_request_and_the_range_and_is_named(spec: ContainerSpec, policy: ContainerPolicy | None,
+                                                               capped_by: str, memory: float) -> None:
+    settings = Recommendations(container_policies=[policy] if policy else [])
+    rec = done(spec=spec, settings=settings)
+    assert rec.memory_target_bytes == memory and rec.capped_by == {"memory": capped_by}
+    assert rec.memory_lower_bytes <= rec.memory_target_bytes <= rec.memory_upper_bytes
+    if capped_by != "min_allowed":
+        assert rec.memory_upper_bytes == memory  # the range stays within what can be given
+    assert rec.cpu_target_cores == 2.0  # the other resource is untouched
+
+
+def test_a_limit_past_the_largest_node_is_held_to_it() -> None:
+    spec = ContainerSpec("q", {"cpu": 1.0}, {"cpu": 8.0}, node_allocatable={"cpu": 15.0})
+    rec = done(spec=spec)
+    assert rec.cpu_target_cores == 2.0 and rec.cpu_limit_cores == 15.0
+    assert rec.capped_by == {"cpu_limit": "node_allocatable"}
+
+
+def test_the_most_specific_policy_applies() -> None:
+    anywhere = ContainerPolicy(max_allowed={"cpu": 1})
+    team = ContainerPolicy(namespace="team-*", max_allowed={"cpu": 2})
+    main = ContainerPolicy(namespace="team-a", container="main", max_allowed={"cpu": 3})
+    other = ContainerPolicy(queue="gpu", container="main", max_allowed={"cpu": 4})
+    policies = [anywhere, team, main, other]
+    assert policy_for(policies, "team-a", "q", "train", "main") is main
+    assert policy_for(policies, "team-b", "q", "train", "main") is team
+    assert policy_for(policies, "prod", "q", "train", "side") is anywhere
+    assert policy_for(policies, "prod", "gpu", "train", "main") is other
+    assert policy_for([team], "prod", "q", "train", "main") is None
+    with pytest.raises(ValueError, match="below min_allowed"):
+        ContainerPolicy(min_allowed={"cpu": 2}, max_allowed={"cpu": 1})
+
+
+@pytest.mark.parametrize("data", ["x", [], {"queue": 3}, {"requests": {"cpu": "2"}}, {"limits": {"cpu": -1}},
+                                  {"requests": {"cpu": float("nan")}}, {"requests": []}, {"limits": {"cpu": True}}])
+def test_a_malformed_stored_spec_is_none(data: Any) -> None:
+    assert ContainerSpec.from_json(data) is None
+
+
+def test_the_running_watchdog_learns_requests_limits_queue_and_caps(tmp_path: Path) -> None:
+    """A pod, its PodGroup, its Queue and a Node as the informers deliver them: the book has the
+    container's spec with the queue's capability and the node's allocatable."""
+    settings = load(None, environ={}, database_url=f"sqlite:///{tmp_path / 'w.db'}")
+    watchdog = Watchdog(settings, make_engine(settings.database_url), None)
+    queue = objects.full_queue()
+    queue["metadata"]["name"] = "nlp"
+    queue["spec"]["capability"] = {"cpu": "64", "memory": "256Gi"}
+    node = objects.full_node()
+    node["status"]["allocatable"] = {"cpu": "32", "memory": "128Gi"}
+    watchdog.nodes.on_node(ADDED, parse_node(node))
+    pod = {"metadata": {"name": "bert-worker-0", "namespace": "nlp", "uid": "p1",
+                        "annotations": {"scheduling.k8s.io/group-name": "bert"}},
+           "spec": {"schedulerName": "volcano", "containers": [
+               {"name": "c", "resources": {"requests": {"cpu": "2", "memory": "4Gi", "nvidia.com/gpu": 1},
+                                           "limits": {"memory": "8Gi", "nvidia.com/gpu": 1}}},
+               {"name": "side", "resources": {}}]},
+           "status": {"phase": "Running"}}
+    observer = watchdog.observer
+    observer.observe("queues", ADDED, parse_queue(queue))
+    observer.observe("podgroups", ADDED, parse_podgroup(objects.kubeflow_podgroup()))
+    observer.observe("pods", ADDED, watchdog.pod_view(pod))
+    spec = watchdog.histograms.spec(("nlp", "bert", "", "c"))
+    assert spec == ContainerSpec("nlp", {"cpu": 2.0, "memory": 4 * GiB}, {"memory": 8 * GiB},
+                                 {"cpu": 64.0, "memory": 256 * GiB}, {"cpu": 32.0, "memory": 128 * GiB})
+    assert watchdog.histograms.spec(("nlp", "bert", "", "side")) == ContainerSpec(
+        "nlp", {}, {}, {"cpu": 64.0, "memory": 256 * GiB}, {"cpu": 32.0, "memory": 128 * GiB})
+    # the same pod again changes nothing to write; usage then makes the key dirty with its spec
+    observer.observe("pods", "MODIFIED", watchdog.pod_view(pod))
+    assert watchdog.histograms.dirty_count() == 0
+    watchdog.histograms.add_usage("nlp", "bert", "", "c", T0.timestamp(), 1.0, GiB)
+    rec = watchdog.histograms.recommendation("nlp", "bert", "", "c", T0)
+    assert rec is not None and rec.memory_limit_bytes == 2 * rec.memory_target_bytes and rec.queue == "nlp"
+    watchdog.engine.dispose()
