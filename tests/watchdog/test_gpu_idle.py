@@ -209,3 +209,19 @@ def test_idle_job_counts_then_is_aborted_once_busy_and_no_data_jobs_are_not(
         if watchdog is not None:
             watchdog.stop()
         prom.stop()
+
+
+def test_api_pages_within_what_the_database_can_count(engine: Engine) -> None:
+    """An offset past SQLite's 64-bit integers was a 500 (OverflowError binding it); now the 422 of a
+    parameter out of range, like every other offset of the API."""
+    from fastapi import FastAPI
+    from fastapi.testclient import TestClient
+
+    from volcano_monitor.watchdog.gpuidle.api import gpu_idle_router
+
+    app = FastAPI()
+    app.include_router(gpu_idle_router(engine, GpuIdleSettings(), list, lambda: True))
+    client = TestClient(app, raise_server_exceptions=False)
+    assert client.get("/api/v1/gpu-idle", params={"offset": 10**9}).json()["aborts"] == []
+    for offset in (10**9 + 1, 2**63, 10**20):
+        assert client.get("/api/v1/gpu-idle", params={"offset": offset}).status_code == 422, offset

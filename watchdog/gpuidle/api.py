@@ -67,7 +67,7 @@ def gpu_idle_router(engine: Engine, settings: GpuIdleSettings, jobs: Callable[[]
 
     @router.get("/api/v1/gpu-idle", response_model=GpuIdleOut)
     def gpu_idle(limit: Annotated[int, Query(ge=1, le=1000)] = 100,
-                 offset: Annotated[int, Query(ge=0)] = 0) -> GpuIdleOut:
+                 offset: Annotated[int, Query(ge=0, le=10**9)] = 0) -> GpuIdleOut:  # SQLite: 64-bit
         out = [JobGpuOut(uid=j.uid, namespace=j.namespace, job_name=j.job_name, queue=j.queue, state=j.state,
                          idle_seconds=None if j.state == NO_GPU_DATA else j.idle_seconds,
                          gpu_util_percent=j.gpu_util_percent, gpu_pods=j.gpu_pods,
