@@ -85,6 +85,10 @@ class ReceiverOut(BaseModel):
     send_resolved: bool
 
 
+class ErrorOut(BaseModel):
+    detail: str
+
+
 class Accepted(BaseModel):
     alerts: int
     groups: int
@@ -136,7 +140,9 @@ def add_notification_routes(app: FastAPI, read: APIRouter, writes: APIRouter, en
                 query = query.where(Silence.starts_at <= now, Silence.ends_at > now)
             return [_silence_out(row, now) for row in session.scalars(query)]
 
-    @writes.post("/api/v1/silences", response_model=SilenceOut, status_code=201, tags=["notifications"])
+    @writes.post("/api/v1/silences", response_model=SilenceOut, status_code=201, tags=["notifications"],
+                 responses={400: {"model": ErrorOut, "description": "ends_at not after starts_at, or a body that "
+                                                                    "cannot be read (not UTF-8)."}})
     def create_silence(body: SilenceIn) -> SilenceOut:
         """Mute notifications of alerts matching every matcher until `ends_at`."""
         now = clock()
@@ -150,7 +156,8 @@ def add_notification_routes(app: FastAPI, read: APIRouter, writes: APIRouter, en
             session.flush()
             return _silence_out(row, now)
 
-    @writes.delete("/api/v1/silences/{silence_id}", response_model=SilenceOut, tags=["notifications"])
+    @writes.delete("/api/v1/silences/{silence_id}", response_model=SilenceOut, tags=["notifications"],
+                   responses={404: {"model": ErrorOut, "description": "No such silence."}})
     def expire_silence(silence_id: Id) -> SilenceOut:
         """Expire a silence now (it is kept, with its end time set)."""
         now = clock()
