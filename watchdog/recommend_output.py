@@ -5,8 +5,8 @@ The yaml is one document per workload: its key, then `patch`, the JSON merge pat
 (`spec.tasks[].template.spec.containers[].resources`) for the containers that have enough history.
 Why not for `kubectl patch --type merge` on a live Job (docs/watchdog.md): a merge patch replaces a list
 as a whole (a CRD has no strategic merge), so `spec.tasks` would lose every image, command and replica
-count not in the patch; and Volcano's admission webhook refuses any change to a live Job's tasks but
-replicas and minAvailable (`kubectl patch --local -f job.yaml` replaces the lists of the file alike). A
+count not in the patch; and Volcano's admission webhook refuses any change to a live Job's spec but
+minAvailable and tasks[*].replicas (`kubectl patch --local -f job.yaml` replaces the file's lists alike). A
 Job's resources change by re-submitting it: merge `patch` into the Job's manifest by task and container
 name (the keys Kubernetes merges pod containers by), then create the Job.
 Below `min_confidence` a workload's containers are listed under `not_patched` with the reason, never
