@@ -23,6 +23,7 @@ from typing import Annotated, Any, Literal
 
 import fastapi.routing
 from fastapi import APIRouter, Depends, FastAPI, HTTPException, Path, Query, Request
+from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse, Response
 from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
 from pydantic import BaseModel, ConfigDict
@@ -256,9 +257,17 @@ def open_session(request: Request) -> Iterator[Session]:
 Db = Annotated[Session, Depends(open_session)]
 
 
-def _aware(value: datetime | None) -> datetime | None:
-    """Query datetimes without an offset are taken as UTC (the database only holds aware UTC)."""
-    return value.replace(tzinfo=UTC) if value is not None and value.tzinfo is None else value
+def _aware(value: datetime | None, name: str) -> datetime | None:
+    """Query datetimes without an offset are taken as UTC (the database only holds aware UTC). One whose
+    UTC falls outside the years 1..9999 (`9999-12-31T23:59:59-01:00`) is the 422 of a parameter that fails
+    validation: it overflowed when bound to the query, a 503 "database unavailable"."""
+    if value is None:
+        return None
+    try:
+        return value.replace(tzinfo=UTC) if value.tzinfo is None else value.astimezone(UTC)
+    except OverflowError:
+        raise RequestValidationError([{"type": "value_error", "loc": ("query", name), "input": value.isoformat(),
+                                       "msg": "outside the years 1..9999 in UTC"}]) from None
 
 
 def _ratio(used: float, requested: float) -> float | None:
@@ -435,9 +444,9 @@ def create_app(engine: Engine, settings: Settings, health: Health, clock: Callab
         where: list[ColumnElement[bool]] = [column == value for column, value in (
             (JobRun.namespace, namespace), (JobRun.queue, queue), (JobRun.phase, phase), (JobRun.name, name),
             (JobRun.workload, workload)) if value is not None]
-        if (after := _aware(finished_after)) is not None:
+        if (after := _aware(finished_after, "finished_after")) is not None:
             where.append(JobRun.finished_at >= after)
-        if (before := _aware(finished_before)) is not None:
+        if (before := _aware(finished_before, "finished_before")) is not None:
             where.append(JobRun.finished_at < before)
         total = session.execute(select(func.count()).select_from(JobRun).where(*where)).scalar_one()
         newest = func.coalesce(JobRun.created_at, JobRun.updated_at)

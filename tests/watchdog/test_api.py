@@ -162,9 +162,11 @@ def test_jobs_filters_pagination_and_efficiency(seeded: Engine) -> None:
 def test_bad_query_parameters_are_422(seeded: Engine) -> None:
     client = client_for(seeded)
     for query in ("limit=0", "limit=1001", "offset=-1", "limit=abc", "namespace=%00", "namespace=" + "x" * 300,
-                  "finished_after=yesterday"):
+                  "finished_after=yesterday", "finished_after=9999-12-31T23:59:59-01:00",
+                  "finished_before=0001-01-01T00:00:00%2B01:00"):  # past the calendar in UTC: were 503s
         response = client.get(f"/api/v1/jobs?{query}")
         assert response.status_code == 422, (query, response.text)
+        assert response.json()["detail"][0]["loc"] == ["query", query.split("=")[0]], (query, response.text)
     assert client.get("/api/v1/jobs?limit=1").json()["total"] == 4
 
 
@@ -174,6 +176,8 @@ def test_odd_but_valid_parameters(seeded: Engine) -> None:
     unicode = client.get("/api/v1/jobs", params={"namespace": "ü名\"'; DROP TABLE job_runs"})
     assert unicode.status_code == 200 and unicode.json()["total"] == 0
     assert client.get("/api/v1/alerts?offset=1000000000").json()["items"] == []
+    assert client.get("/api/v1/jobs?finished_after=9999-12-31T23:59:59Z").json()["total"] == 0
+    assert client.get("/api/v1/jobs?finished_before=0001-01-01T00:00:00-01:00").json()["total"] == 0
     assert client.get("/api/v1/jobs").json()["total"] == 4
 
 
