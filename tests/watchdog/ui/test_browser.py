@@ -1,7 +1,9 @@
 """The web UI in a real headless browser (Debian's chromium and chromedriver, driven by Selenium; nothing
 is downloaded): the watchdog runs against the simulator's default scenario and serves its app with
-uvicorn; every page renders its data, every link on it answers below 400, and the resolve and silence
-forms work with the api_token and are refused without it, even with a reader's login in the browser.
+uvicorn, with a real Prometheus scraping the simulator's cAdvisor/DCGM series for GPU utilisation; every
+page renders its data (a GPU job's page its GPU chart, and with minutes of history "not enough history"
+instead of a patch), every link on it answers below 400, and the resolve and silence forms work with
+the api_token and are refused without it, even with a reader's login in the browser.
 A screenshot of each page is kept under the test's tmp dir and copied to test-artifacts/ui/."""
 
 from __future__ import annotations
@@ -11,6 +13,7 @@ import os
 import shutil
 import threading
 from collections.abc import Iterator
+from contextlib import ExitStack
 from pathlib import Path
 from typing import Any
 
@@ -21,9 +24,11 @@ from pydantic import SecretStr
 from sqlalchemy import Engine, func, select
 from sqlalchemy.orm import Session
 
+from tests.exporter.test_prometheus import Prometheus, prometheus_binary
 from tests.simtools import client_for, wait_for
 from tests.watchdog.harness import fast_settings, start_watchdog
 from tests.watchdog.test_crash import free_port
+from tests.watchdog.test_gpu_idle import SCRAPE_BOTH
 from volcano_monitor.simulator.runtime import SimulatorThread
 from volcano_monitor.watchdog.api import Health, QueueView, create_app
 from volcano_monitor.watchdog.capability.controller import CapabilityController
@@ -74,10 +79,17 @@ def site(tmp_path: Path) -> Iterator[tuple[str, Any, Engine]]:
     url = f"sqlite:///{tmp_path / 'ui.db'}"
     engine = make_engine(url)
     browser_check()  # before a minute of setup
-    settings = fast_settings(url, api_token=SecretStr(TOKEN), api_read_token=SecretStr(READ), notifications={
-        "receivers": [{"name": "team-chat", "webhook": {"url": f"http://127.0.0.1:{free_port()}/"}}],
-        "route": {"receiver": "team-chat", "group_wait": "0s"}})  # nobody listens: messages stay in the outbox
-    with SimulatorThread(scenario="default", speed=1200, tick_interval=0.05) as sim:
+    with SimulatorThread(scenario="default", speed=1200, tick_interval=0.05) as sim, ExitStack() as stack:
+        (tmp_path / "prom").mkdir()
+        prom = Prometheus(prometheus_binary(), tmp_path / "prom", {"cluster": sim.url.removeprefix("http://")},
+                          job_config={"cluster": SCRAPE_BOTH})  # DCGM's GPU utilisation, as in production
+        stack.callback(prom.stop)
+        prom.wait_ready(timeout=10)
+        settings = fast_settings(url, api_token=SecretStr(TOKEN), api_read_token=SecretStr(READ), notifications={
+            "receivers": [{"name": "team-chat", "webhook": {"url": f"http://127.0.0.1:{free_port()}/"}}],
+            "route": {"receiver": "team-chat", "group_wait": "0s"}},  # nobody listens: messages stay in the outbox
+            sources={"metrics_api": {"interval_seconds": 0.25}, "rollup_seconds": 1, "prometheus": {
+                "enabled": True, "url": prom.url, "interval_seconds": 0.5, "rate_window": "5s"}})
         watchdog = start_watchdog(sim, engine, tmp_path, settings)
         capability = CapabilityController(CapabilitySettings(  # dry-run plans for the capability page
             enabled=True, reconcile_interval_seconds=0.5, debounce_seconds=0, cooldown_seconds=0,
@@ -92,7 +104,8 @@ def site(tmp_path: Path) -> Iterator[tuple[str, Any, Engine]]:
                 gang = s.execute(select(func.count()).where(Alert.kind == "GangUnschedulable")).scalar_one()
                 told = s.execute(select(func.count()).select_from(NotificationDelivery)).scalar_one()
                 planned = s.execute(select(func.count()).select_from(CapabilityChange)).scalar_one()
-            return firing >= 3 and used >= 3 and rollups >= 5 and gang > 0 and told > 0 and planned > 0
+                gpu = s.execute(select(func.count()).where(UsageRollup.gpu_samples > 0)).scalar_one()
+            return firing >= 3 and used >= 3 and rollups >= 5 and gang > 0 and told > 0 and planned > 0 and gpu >= 3
 
         app = create_app(engine, settings, Health(ready=watchdog.ready, collectors=dict),
                          queues=lambda: [QueueView(*row) for row in watchdog.index.queue_snapshot()],
@@ -140,15 +153,19 @@ def test_every_page_renders_and_every_link_works(site: tuple[str, Any, Engine], 
     with Session(engine) as s:  # the run with the longest usage history: its chart has lines
         uid = s.execute(select(UsageRollup.job_uid).where(UsageRollup.job_uid != "").group_by(UsageRollup.job_uid)
                         .order_by(func.count().desc()).limit(1)).scalar_one()
+        gpu_uid = s.execute(select(UsageRollup.job_uid).where(UsageRollup.job_uid != "", UsageRollup.gpu_samples > 0)
+                            .group_by(UsageRollup.job_uid).order_by(func.count().desc()).limit(1)).scalar_one()
     job = f"{base}/ui/jobs/{uid}"
     driver.get(base + "/ui/alerts?state=firing")
     alert = next(h for h in hrefs(driver) if "/ui/alerts/" in h)
     driver.get(base + "/")
     queue = next(h for h in hrefs(driver) if h.endswith("/ui/queues/research-nlp"))
-    pages = {"queues": base + "/", "jobs": base + "/ui/jobs", "job": job, "alerts": base + "/ui/alerts?state=firing",
+    pages = {"queues": base + "/", "jobs": base + "/ui/jobs", "job": job, "gpu-job": f"{base}/ui/jobs/{gpu_uid}",
+             "alerts": base + "/ui/alerts?state=firing",
              "alert": alert, "silences": base + "/ui/silences", "notifications": base + "/ui/notifications",
              "capability": queue}
-    expect = {"queues": "research-nlp", "jobs": "efficiency", "job": "<polyline", "alerts": "firing",
+    expect = {"queues": "research-nlp", "jobs": "efficiency", "job": "<polyline", "gpu-job": "GPU utilisation",
+              "alerts": "firing",
               "alert": "Silence", "silences": "matchers", "notifications": "team-chat", "capability": "dry"}
     links: set[str] = set()
     for name, url in pages.items():
@@ -157,6 +174,13 @@ def test_every_page_renders_and_every_link_works(site: tuple[str, Any, Engine], 
         assert expect[name] in driver.page_source, f"{name}: {expect[name]!r} not on {url}"
         shoot(driver, tmp_path, name)
         links |= {h for h in hrefs(driver) if h.startswith(base)}
+        if name == "gpu-job":  # DCGM's utilisation drawn beside CPU and memory; minutes of history: no patch
+            charts = [svg.get_attribute("aria-label") for svg in driver.find_elements(By.TAG_NAME, "svg")]
+            assert charts == ["CPU", "Memory", "GPU utilisation"], charts
+            gpu_lines = driver.find_elements(By.CSS_SELECTOR, 'svg[aria-label="GPU utilisation"] polyline')
+            assert len(gpu_lines) == 2 and len(gpu_lines[1].get_attribute("points").split()) >= 2
+            assert "not enough history (" in driver.find_element(By.ID, "no-patch").text
+            assert not driver.find_elements(By.ID, "patch") and "limits:" not in driver.page_source
     assert len(links) > 20
     with httpx.Client(headers={"Authorization": reader}, timeout=10) as http:
         broken = {link: code for link in sorted(links) if (code := http.get(link).status_code) >= 400}
