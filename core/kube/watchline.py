@@ -1,0 +1,47 @@
+"""Decoding a watch line without what nobody reads.
+
+A real API server's objects carry `metadata.managedFields`: a trie of every field each manager owns,
+~2.6 KB of a ~7.5 KB Volcano pod. Nothing in this project reads them, and decoding them is ~40% of
+decoding the line: at 100k pods a streaming list spends that on dicts thrown away at once. So they are
+cut out of the bytes before decoding, where that is provably exact, and decoded with the rest otherwise.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import orjson
+
+MANAGED_FIELDS = b',"managedFields":['
+MEMBER_AFTER = (b'],"', b']},"')  # the end of an array, then the next member of its object or of the parent
+
+
+def without_managed_fields(line: bytes) -> bytes:
+    """`line` without the metadata's `managedFields` member, found by bytes search, or `line` if absent.
+
+    Nothing reads them, and they are ~35% of a real pod's JSON (~2.6 KB of ~7.5 KB: a trie of every
+    field each manager owns), so not decoding them saves ~40% of the decoding (bench/exporter.py). Both
+    ends are found by patterns that hold a quote preceded by a comma, which cannot occur inside a JSON
+    string (a quote there is escaped), so both cut points are between tokens; FieldsV1 holds no arrays,
+    so the first `],"` / `]},"` after the start is the array's end or lies beyond it. A cut that does
+    not end at the array's end leaves unbalanced brackets: decoding fails and the caller decodes the
+    whole line instead. Where decoding succeeds, exactly the member was removed."""
+    start = line.find(MANAGED_FIELDS)
+    if start < 0:
+        return line
+    ends = [at for at in (line.find(pattern, start) for pattern in MEMBER_AFTER) if at >= 0]
+    if not ends:
+        return line
+    return line[:start] + line[min(ends) + 1:]
+
+
+def decode_event(line: bytes, drop_managed_fields: bool) -> Any:
+    """One watch line, decoded; without `managedFields` when asked (see `without_managed_fields`)."""
+    if drop_managed_fields:
+        cut = without_managed_fields(line)
+        if cut is not line:
+            try:
+                return orjson.loads(cut)
+            except orjson.JSONDecodeError:
+                pass  # not where a Go API server puts it (possible, never seen): decode it all
+    return orjson.loads(line)
