@@ -6,12 +6,15 @@ each container gets one sample an hour standing for that hour's 60 per-minute sa
 CPU weight 60, sample count +60, so 11,520 samples per container as with one a minute). CPU follows
 a daily cycle around a per-container base with noise (about 22 non-empty CPU buckets each); memory
 has a per-day level plus a daily cycle and noise, so each day has its own peak (about 4-5 memory
-buckets from 8 daily peaks). The book is flushed into a fresh SQLite file (WAL) with
+buckets from 8 daily peaks). Every container has a spec as a pod shows it (`HistogramBook.note_spec`:
+requests, limits with a 1.5x or 2x ratio or none, its queue's capability and the largest node's
+allocatable) and `container_policies` hold a default and a per-namespace max_allowed, so the policy's
+caps and limits are part of the timed work. The book is flushed into a fresh SQLite file (WAL) with
 `HistogramBook.flush`, committed, and the engine's connections are closed.
 
 Timed: one `compute_recommendations(session, settings, now)` over all 10k rows on a new engine and
-session — reading the rows, decoding both histograms of each, the percentiles, the bounds and
-building the 10k `Recommendation`s. The median of 3 runs is reported.
+session — reading the rows, decoding both histograms and the spec of each, the percentiles, the bounds,
+the caps and limits, and building the 10k `Recommendation`s. The median of 3 runs is reported.
 
     .venv/bin/python bench/watchdog_recommend.py
 """
@@ -31,7 +34,7 @@ from sqlalchemy.orm import Session
 
 from volcano_monitor.watchdog.config import Recommendations
 from volcano_monitor.watchdog.db.engine import make_engine, migrate
-from volcano_monitor.watchdog.recommend import HistogramBook, compute_recommendations
+from volcano_monitor.watchdog.recommend import ContainerSpec, HistogramBook, compute_recommendations
 
 CONTAINERS = 10_000
 DAYS = 8
@@ -49,6 +52,11 @@ def build(book: HistogramBook, containers: int = CONTAINERS, days: int = DAYS, s
         cpu_base = rng.lognormvariate(-0.5, 1.0)
         memory_base = rng.lognormvariate(21, 1.0)  # ~1.3 GB median
         daily = [rng.uniform(0.0, 0.4) for _ in range(days + 1)]
+        ratio = (1.5, 2.0, None)[n % 3]
+        requests = {"cpu": round(cpu_base * 2, 3), "memory": round(memory_base * 1.5)}
+        book.note_spec(namespace, workload, "worker", container, ContainerSpec(
+            f"queue-{n // 100}", requests, {k: v * ratio for k, v in requests.items()} if ratio else {},
+            {"cpu": 512.0, "memory": 4.0 * 2**40}, {"cpu": 96.0, "memory": 768.0 * 2**30}))
         add = book.add_usage
         gauss = rng.gauss
         for i in range(steps):
@@ -60,7 +68,9 @@ def build(book: HistogramBook, containers: int = CONTAINERS, days: int = DAYS, s
 
 
 def measure(containers: int = CONTAINERS, runs: int = 3) -> dict[str, float]:
-    settings = Recommendations()
+    settings = Recommendations(container_policies=[
+        {"max_allowed": {"cpu": 64, "memory": "512Gi"}},
+        *({"namespace": f"ns-{n}*", "container": "main", "max_allowed": {"memory": "8Gi"}} for n in range(10))])
     book = HistogramBook(settings)
     build(book, containers)
     with tempfile.TemporaryDirectory() as tmp:
@@ -80,6 +90,7 @@ def measure(containers: int = CONTAINERS, runs: int = 3) -> dict[str, float]:
                 timings.append(time.perf_counter() - started)
             engine.dispose()
             assert len(recommendations) == containers, len(recommendations)
+            assert all(r.current_requests for r in recommendations), "specs were not read back"
     return {"recommend_seconds_10k_containers_8d": round(statistics.median(timings), 3)}
 
 

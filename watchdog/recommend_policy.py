@@ -32,6 +32,7 @@ __all__ = ["NOT_ENOUGH_HISTORY", "OK", "RESOURCES", "ContainerSpec", "Recommenda
            "policy_for", "proportional_limit"]
 
 RESOURCES = ("cpu", "memory")
+_GLOB = frozenset("*?[")  # a selector without these is a name, compared as a string (fnmatch is slower)
 OK, NOT_ENOUGH_HISTORY = "ok", "not_enough_history"
 
 
@@ -130,10 +131,15 @@ def policy_for(policies: list[ContainerPolicy], namespace: str, queue: str, work
     """The most specific policy selecting the container (most selectors other than `*`); first on a tie."""
     best, best_score = None, -1
     for policy in policies:
-        pairs = ((policy.namespace, namespace), (policy.queue, queue), (policy.workload, workload),
-                 (policy.container, container))
-        if all(fnmatchcase(value, pattern) for pattern, value in pairs):
-            score = sum(pattern != "*" for pattern, _ in pairs)
+        score = 0
+        for pattern, value in ((policy.namespace, namespace), (policy.queue, queue), (policy.workload, workload),
+                               (policy.container, container)):
+            if pattern == "*":
+                continue
+            if not (pattern == value if _GLOB.isdisjoint(pattern) else fnmatchcase(value, pattern)):
+                break
+            score += 1
+        else:
             if score > best_score:
                 best, best_score = policy, score
     return best
@@ -205,5 +211,5 @@ def finish(key: tuple[str, str, str, str], est: Estimate, settings: Recommendati
         *key, *values["cpu"], *values["memory"], est.confidence, samples, first, last, est.oom_bumped,
         status=OK if enough else NOT_ENOUGH_HISTORY, message="" if enough else history_text(samples, first, last),
         cpu_limit_cores=limits["cpu"], memory_limit_bytes=limits["memory"], capped_by=capped,
-        current_requests=dict(spec.requests) if spec is not None else None,
-        current_limits=dict(spec.limits) if spec is not None else None, queue=queue, notes=notes)
+        current_requests=spec.requests if spec is not None else None,
+        current_limits=spec.limits if spec is not None else None, queue=queue, notes=notes)
