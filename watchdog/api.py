@@ -26,7 +26,7 @@ from fastapi import APIRouter, Depends, FastAPI, HTTPException, Path, Query, Req
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse, Response
 from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
-from pydantic import BaseModel, ConfigDict
+from pydantic import BaseModel, BeforeValidator, ConfigDict
 from sqlalchemy import ColumnElement, Engine, func, select
 from sqlalchemy.exc import SQLAlchemyError
 from sqlalchemy.orm import Session
@@ -248,6 +248,19 @@ Offset = Annotated[int, Query(ge=0, le=10**9)]
 AlertId = Annotated[int, Path(ge=1, le=2**63 - 1)]
 
 
+def _not_a_number(value: Any) -> Any:
+    """pydantic reads a bare number as Unix seconds: `finished_after=2024` was 1970-01-01T00:33:44Z, not
+    the year. The parameter is an ISO 8601 time, as the schema says."""
+    try:
+        float(value)
+    except (TypeError, ValueError):
+        return value
+    raise ValueError("an ISO 8601 time (e.g. 2024-05-01T00:00:00Z), not a number")
+
+
+Time = Annotated[datetime | None, Query(), BeforeValidator(_not_a_number)]
+
+
 def open_session(request: Request) -> Iterator[Session]:
     """One Session per request, from the engine the app was built with; closed when the response is done."""
     with Session(request.app.state.engine) as session:
@@ -438,8 +451,8 @@ def create_app(engine: Engine, settings: Settings, health: Health, clock: Callab
 
     @app.get("/api/v1/jobs", response_model=JobPage, tags=["jobs"])
     def list_jobs(session: Db, namespace: Text = None, queue: Text = None, phase: Text = None, name: Text = None,
-                  workload: Text = None, finished_after: datetime | None = None,
-                  finished_before: datetime | None = None, limit: Limit = 100, offset: Offset = 0) -> JobPage:
+                  workload: Text = None, finished_after: Time = None,
+                  finished_before: Time = None, limit: Limit = 100, offset: Offset = 0) -> JobPage:
         """The job ledger, newest first (by creation). `finished_after` is inclusive, `finished_before` not."""
         where: list[ColumnElement[bool]] = [column == value for column, value in (
             (JobRun.namespace, namespace), (JobRun.queue, queue), (JobRun.phase, phase), (JobRun.name, name),

@@ -163,7 +163,8 @@ def test_bad_query_parameters_are_422(seeded: Engine) -> None:
     client = client_for(seeded)
     for query in ("limit=0", "limit=1001", "offset=-1", "limit=abc", "namespace=%00", "namespace=" + "x" * 300,
                   "finished_after=yesterday", "finished_after=9999-12-31T23:59:59-01:00",
-                  "finished_before=0001-01-01T00:00:00%2B01:00"):  # past the calendar in UTC: were 503s
+                  "finished_before=0001-01-01T00:00:00%2B01:00",  # past the calendar in UTC: were 503s
+                  "finished_after=2024", "finished_before=0.0"):  # were Unix seconds: 1970-01-01T00:33:44Z
         response = client.get(f"/api/v1/jobs?{query}")
         assert response.status_code == 422, (query, response.text)
         assert response.json()["detail"][0]["loc"] == ["query", query.split("=")[0]], (query, response.text)
