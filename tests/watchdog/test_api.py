@@ -452,3 +452,20 @@ def test_the_documented_silence_works_as_curl_sends_it(engine: Engine) -> None:
     assert len(listed) == 2 and listed[0]["created_by"] == "alice"
     garbage = client.post("/api/v1/silences", content=b"matchers=x", headers=auth)
     assert garbage.status_code == 422  # still refused, now as JSON that does not decode
+
+
+def test_silence_times_are_times_within_the_calendar(engine: Engine) -> None:
+    """A time whose UTC is past year 9999 overflowed when stored (503 "database unavailable"); a number was
+    read as Unix seconds (2100: 1970-01-01T00:35:00Z). Both are 422s now; a time zone other than UTC is
+    kept as the same instant."""
+    client = client_for(engine)
+    auth = {"Authorization": f"Bearer {TOKEN}"}
+    for times in ({"ends_at": "9999-12-31T23:59:59-01:00"}, {"ends_at": "2100-01-01T00:00:00Z",
+                                                             "starts_at": "0001-01-01T00:00:00+01:00"},
+                  {"ends_at": 4102444800}, {"ends_at": "2100-01-01T00:00:00Z", "starts_at": 0}):
+        refused = client.post("/api/v1/silences", json={"matchers": ['queue="q1"'], **times}, headers=auth)
+        assert refused.status_code == 422, (times, refused.text)
+    created = client.post("/api/v1/silences", json={"matchers": ['queue="q1"'], "ends_at": "2100-01-01T02:00:00+02:00"},
+                          headers=auth)
+    assert created.status_code == 201 and created.json()["ends_at"] == "2100-01-01T00:00:00Z", created.text
+    assert [s["id"] for s in client.get("/api/v1/silences", headers=auth).json()] == [created.json()["id"]]

@@ -5,7 +5,7 @@ token-guarded router (Alertmanager sends the token with `http_config.authorizati
 from __future__ import annotations
 
 from collections.abc import Callable
-from datetime import datetime
+from datetime import UTC, datetime
 from typing import Annotated, Any, cast
 
 from fastapi import APIRouter, FastAPI, HTTPException, Path, Query, Request
@@ -45,12 +45,25 @@ class SilenceIn(BaseModel):
             parse_matcher(text)
         return value
 
+    @field_validator("ends_at", "starts_at", mode="before")
+    @classmethod
+    def _not_a_number(cls, value: Any) -> Any:
+        """pydantic reads a number as Unix seconds (`2100` is 1970-01-01T00:35:00Z); the schema says a time."""
+        if isinstance(value, int | float):
+            raise ValueError("an RFC 3339 time with a time zone (e.g. 2026-11-24T18:00:00Z), not a number")
+        return value
+
     @field_validator("ends_at", "starts_at")
     @classmethod
     def _aware(cls, value: datetime | None) -> datetime | None:
+        """In UTC, as stored: a time whose UTC is past the calendar (9999-12-31T23:59:59-01:00) is refused
+        here; it overflowed when stored, a 503 "database unavailable"."""
         if value is not None and value.tzinfo is None:
             raise ValueError("needs a time zone (e.g. 2026-11-24T18:00:00Z)")
-        return value
+        try:
+            return value.astimezone(UTC) if value is not None else None
+        except OverflowError:
+            raise ValueError("outside the years 1..9999 in UTC") from None
 
 
 class SilenceOut(BaseModel):
