@@ -10,6 +10,7 @@ from collections.abc import Sequence
 from importlib.machinery import ModuleSpec
 from pathlib import Path
 
+import pytest
 from hypothesis import settings
 
 # Property-based test budgets: "ci" (default) is thorough and deterministic in time (no deadline);
@@ -40,3 +41,16 @@ class _OneNamePerModule(importlib.abc.MetaPathFinder):
 ROOT = Path(__file__).resolve().parents[1]
 PARTS = frozenset({"core", "exporter", "watchdog", "simulator", "dashboards"})
 sys.meta_path.insert(0, _OneNamePerModule())
+
+
+def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter) -> None:
+    """What a test recorded as `record_property("summary", text)` (e.g. how many requests the API's
+    schemathesis run sent), at the end of the run. Printed here because output from inside a test is lost
+    under xdist; reports, and their user properties, reach the controller."""
+    lines = [str(value) for reports in terminalreporter.stats.values() for report in reports
+             if getattr(report, "when", "") == "call"
+             for name, value in getattr(report, "user_properties", ()) if name == "summary"]
+    if lines:
+        terminalreporter.write_sep("-", "test summaries")
+        for text in lines:
+            terminalreporter.write_line(text)
