@@ -366,8 +366,8 @@ class ApiServer:
                     self.faults.truncate_streams -= 1
                     await response.write(b"".join(line("ADDED", s.obj, s.raw) for s in initial[:len(initial) // 2]))
                     raise ConnectionResetError
-                if initial:
-                    await response.write(b"".join(line("ADDED", s.obj, s.raw) for s in initial))
+                for stored in initial:  # one write (one HTTP chunk) per event, as the API server's watch
+                    await response.write(line("ADDED", stored.obj, stored.raw))  # encoder: never the state at once
                 if streaming:
                     mark = {"kind": rtype.kind, "apiVersion": rtype.api_version,
                             "metadata": {"resourceVersion": str(last_rv),
