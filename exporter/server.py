@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import logging
+import os
+import socket
 import threading
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
@@ -11,11 +13,31 @@ from volcano_monitor.exporter.app import Exporter
 
 log = logging.getLogger(__name__)
 CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
+IOV_MAX = os.sysconf("SC_IOV_MAX") if "SC_IOV_MAX" in os.sysconf_names else 16  # buffers per sendmsg
+
+
+def send_chunk(sock: socket.socket, pieces: list[bytes], size: int) -> None:
+    """One HTTP chunk made of `pieces` (`size` bytes in all), handed to the kernel as they are.
+
+    Why not `wfile.write(b"%x\\r\\n%s\\r\\n" % (size, b"".join(pieces)))`: that copies the body twice
+    more in Python (the join, then the framing), ~100 MB each at 100k pods: the plain scrape took
+    ~2.5x its in-process time over HTTP. `sendmsg` gathers the pieces in the kernel's one copy."""
+    buffers = [memoryview(piece) for piece in (b"%x\r\n" % size, *pieces, b"\r\n")]
+    while buffers:
+        sent = sock.sendmsg(buffers[:IOV_MAX])
+        while buffers and sent >= len(buffers[0]):  # a blocking socket may still send a part
+            sent -= len(buffers[0])
+            buffers.pop(0)
+        if sent:
+            buffers[0] = buffers[0][sent:]
 
 
 def make_server(exporter: Exporter, host: str, port: int) -> ThreadingHTTPServer:
     class Handler(BaseHTTPRequestHandler):
         protocol_version = "HTTP/1.1"
+        # A response ends in small writes (the last chunk, the terminator): with Nagle's algorithm they
+        # wait for the client's delayed ACK, ~40 ms on Linux, which was most of a small scrape's time.
+        disable_nagle_algorithm = True
 
         def do_GET(self) -> None:
             path = self.path.split("?", 1)[0]
@@ -44,13 +66,13 @@ def make_server(exporter: Exporter, host: str, port: int) -> ThreadingHTTPServer
             pending: list[bytes] = []
             size = 0
             for data in exporter.scrape_gzip_chunks() if compress else exporter.scrape_chunks():
-                pending.append(data)  # members are small: send them in ~64 KB HTTP chunks
+                pending.append(data)  # gzip members are small: send them in ~64 KB HTTP chunks
                 size += len(data)
                 if size >= 65536:
-                    self.wfile.write(b"%x\r\n%s\r\n" % (size, b"".join(pending)))
+                    send_chunk(self.connection, pending, size)
                     pending, size = [], 0
             if size:
-                self.wfile.write(b"%x\r\n%s\r\n" % (size, b"".join(pending)))
+                send_chunk(self.connection, pending, size)
             self.wfile.write(b"0\r\n\r\n")
 
         def _send(self, code: int, body: bytes, content_type: str = "text/plain; charset=utf-8",
