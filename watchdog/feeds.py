@@ -17,7 +17,7 @@ from typing import Any
 from kubernetes import client
 
 from volcano_monitor.core.backoff import Backoff
-from volcano_monitor.core.containers import Container, Containers, parse_containers
+from volcano_monitor.core.containers import Containers, parse_containers
 from volcano_monitor.core.kube.informer import Informer
 from volcano_monitor.core.kube.resources import EVENTS, JOBS, NODES, PODGROUPS, PODS, QUEUES, ResourceKind
 from volcano_monitor.core.model import Pod, parse_job, parse_node, parse_pod, parse_podgroup, parse_queue
@@ -74,19 +74,32 @@ def node_informer(api: client.ApiClient, on_node: Callable[[str, Any], None],
     return nodes
 
 
-_SHARED_CONTAINERS: dict[tuple[Container, ...], Containers] = {}
+_SHARED_CONTAINERS: dict[Any, Containers] = {}
+
+
+def _resources_key(container: Any) -> Any:
+    """A hashable key of one container's name and raw requests and limits (quantity strings as written)."""
+    resources = container.get("resources") or {}
+    return (container.get("name"), tuple(sorted((resources.get("requests") or {}).items())),
+            tuple(sorted((resources.get("limits") or {}).items())))
 
 
 def _containers(raw: Any) -> Containers:
     """The pod's containers' requests and limits (recommendations keep each container's limit/request
-    ratio). Pods of one task have the same spec: equal views are shared, so 100k pods cost a few thousand
-    objects, not 100k (the table is cleared when it grows past 65536 distinct specs)."""
-    spec = parse_containers(raw, []).spec
-    shared = _SHARED_CONTAINERS.get(spec)
+    ratio). Pods of one task have the same spec, so the view is looked up by the raw resources (no
+    quantity parsed twice) and shared: 100k pods cost a few thousand objects, not 100k (the table is
+    cleared when it grows past 65536 distinct specs). A shape the key cannot take is parsed as it is."""
+    spec = raw.get("spec") if type(raw) is dict else None
+    items = spec.get("containers") if type(spec) is dict else None
+    try:
+        key: Any = tuple([_resources_key(c) for c in items]) if type(items) is list else ()
+        shared = _SHARED_CONTAINERS.get(key)
+    except (AttributeError, TypeError):  # not mappings, unhashable values: parse_containers reports nothing
+        return Containers(parse_containers(raw, []).spec, ())
     if shared is None:
         if len(_SHARED_CONTAINERS) >= 65536:
             _SHARED_CONTAINERS.clear()
-        shared = _SHARED_CONTAINERS[spec] = Containers(spec, ())
+        shared = _SHARED_CONTAINERS[key] = Containers(parse_containers(raw, []).spec, ())
     return shared
 
 

@@ -73,6 +73,7 @@ class Observer:
         # change rarely; pods come by the thousand).
         self._node_allocatable = node_allocatable
         self._largest: tuple[float, dict[str, float]] = (-math.inf, {})
+        self._specs_seen: dict[tuple[str, str, str, str], tuple[Any, ...]] = {}  # what _note_spec last noted
         # Other consumers of usage samples, called with (source, samples): GPU idle seconds (DCGM data
         # from the Prometheus source), the nodes' view (NodeHot from pods' usage).
         self.sample_consumers: list[Callable[[str, Any], None]] = []
@@ -92,12 +93,13 @@ class Observer:
             signals = self.failures.on_job(event_type, job)
         elif what == "pods":
             pod, workload = obj
+            previous = self.index.pods.get((pod.namespace, pod.name))  # one dict read: atomic under the GIL
             self.index.on_pod(event_type, pod, workload)
             self.gangs.on_pod(event_type, pod)
             self.queues.on_pod(event_type, pod)
             signals = self.failures.on_pod(event_type, pod)
             self._note_ooms(event_type, pod)
-            self._note_spec(event_type, pod)
+            self._note_spec(event_type, pod, previous)
             if event_type == DELETED:
                 for forget in self.pod_gone:
                     forget(pod.namespace, pod.name)
@@ -157,24 +159,39 @@ class Observer:
         else:
             self.runs[uid] = run
 
-    def _note_spec(self, event_type: str, pod: Pod) -> None:
+    def _note_spec(self, event_type: str, pod: Pod, previous: Pod | None) -> None:
         """Each container's requests and limits, its queue and the caps known now, for recommendations
-        (the book writes them only when they change)."""
+        (the book writes them only when they change). Most pod events are status updates of a pod whose
+        containers (a shared view: compared by identity), phase and queue did not change: skipped without
+        looking anything up, so the caps are those seen when a pod of the workload appears or changes phase."""
         if event_type == DELETED or pod.containers is None or not pod.containers.spec:
+            return
+        if previous is not None and previous.containers is pod.containers and previous.phase == pod.phase \
+                and previous.queue == pod.queue:
             return
         info = self.index.pod_info(pod.namespace, pod.name)
         if info is None or not info.workload:
             return
         now = self.clock()
         if now - self._largest[0] >= 60.0:
-            self._largest = (now, self._node_allocatable())
+            largest = self._node_allocatable()
+            self._largest = (now, largest if largest != self._largest[1] else self._largest[1])
         with self.index.lock:
             queue = self.index.queues.get(info.queue) if info.queue else None
-        capability = {k: v for k, v in queue.capability if k in RESOURCES} if queue is not None else {}
+        capability = queue.capability if queue is not None else ()
         for container in pod.containers.spec:
+            key = (pod.namespace, info.workload, info.task, container.name)
+            # Shared tuples and one dict: comparing them is cheap, building and serializing the spec is not.
+            seen = (info.queue, container.requests, container.limits, capability, self._largest[1])
+            if self._specs_seen.get(key) == seen:
+                continue
+            if len(self._specs_seen) >= 65536:
+                self._specs_seen.clear()
+            self._specs_seen[key] = seen
             spec = ContainerSpec(info.queue, {k: v for k, v in container.requests if k in RESOURCES},
-                                 {k: v for k, v in container.limits if k in RESOURCES}, capability, self._largest[1])
-            self.histograms.note_spec(pod.namespace, info.workload, info.task, container.name, spec)
+                                 {k: v for k, v in container.limits if k in RESOURCES},
+                                 {k: v for k, v in capability if k in RESOURCES}, self._largest[1])
+            self.histograms.note_spec(*key, spec)
 
     def _note_ooms(self, event_type: str, pod: Pod) -> None:
         """An OOM kill raises the workload's memory recommendation (VPA's OOM bump), once per kill."""
