@@ -115,14 +115,16 @@ class Recommendation:
 
 
 def history_text(samples: int, first: datetime | None, last: datetime | None) -> str:
-    """"not enough history (N samples over D)", D as people read it: 45m, 3h 20m, 2.5 days."""
+    """"not enough history (N samples over D)", D as people read it: 40s, 45m, 3h 20m, 2.5 days."""
     seconds = (last - first).total_seconds() if first is not None and last is not None else 0.0
     if seconds >= 86400:
         span = f"{seconds / 86400:.1f} days"
     elif seconds >= 3600:
         span = f"{int(seconds // 3600)}h {int(seconds % 3600 // 60)}m"
-    else:
+    elif seconds >= 60:
         span = f"{int(seconds // 60)}m"
+    else:
+        span = f"{int(seconds)}s"
     return f"not enough history ({samples} samples over {span})"
 
 

@@ -32,7 +32,7 @@ def sample_recommendations() -> list[Recommendation]:
         Recommendation("team-a", "train", "worker", "sidecar", 0.025, 0.025, 0.1, 250 * MiB, 250 * MiB, 900 * MiB,
                        0.43, 4320, T0, T0 + timedelta(days=3), False, current_requests={}, current_limits={}),
         Recommendation("team-b", "etl", "", "main", 0.025, 0.025, 0.1, 250 * MiB, 250 * MiB, 9000 * MiB, 0.0,
-                       1, T0, T0, True, status=NOT_ENOUGH_HISTORY, message="not enough history (1 samples over 0m)",
+                       1, T0, T0, True, status=NOT_ENOUGH_HISTORY, message="not enough history (1 samples over 0s)",
                        memory_limit_bytes=500 * MiB),
     ]
 
@@ -44,7 +44,7 @@ def test_table_is_for_people() -> None:
     assert "1Gi-3Gi" in lines[1] and "memory=max_allowed" in lines[1]
     assert "250Mi-900Mi" in lines[2]
     # no patch below the threshold: requests and limits are dashes, the range and the reason stay
-    assert "not enough history (1 samples over 0m)" in lines[3] and "OOM bump" in lines[3]
+    assert "not enough history (1 samples over 0s)" in lines[3] and "OOM bump" in lines[3]
     assert "250Mi-8.79Gi" in lines[3] and "500Mi" not in lines[3]
     assert format_cpu(0.0251) == "26m" and format_memory(1023.5 * MiB) == "1024Mi"
     assert format_memory(2.345 * GiB) == "2.35Gi"
@@ -84,7 +84,7 @@ def test_yaml_is_a_job_patch_per_workload() -> None:
                                                   "limits": {"cpu": "500m", "memory": "3072Mi"}}}
     assert sidecar == {"name": "sidecar", "resources": {"requests": {"cpu": "25m", "memory": "250Mi"}}}
     assert train["capped_by"] == {"worker/main": {"memory": "max_allowed"}}
-    assert "patch" not in etl and etl["not_patched"] == {"/main": "not enough history (1 samples over 0m)"}
+    assert "patch" not in etl and etl["not_patched"] == {"/main": "not enough history (1 samples over 0s)"}
     for quantity in (main["resources"]["requests"]["cpu"], main["resources"]["limits"]["memory"]):
         assert parse_quantity(quantity) > 0
     assert list(yaml.safe_load_all(render([], "yaml"))) == []

@@ -67,6 +67,9 @@ def test_below_min_confidence_no_patch_but_a_reason_and_never_the_bound_as_limit
     assert done(HOUR, spec, Recommendations(min_confidence=0), samples=60).status == OK
     assert history_text(3000, T0, T0 + timedelta(days=2, hours=12)) == "not enough history (3000 samples over 2.5 days)"
     assert history_text(200, T0, T0 + timedelta(minutes=199)) == "not enough history (200 samples over 3h 19m)"
+    assert history_text(88, T0, T0 + timedelta(seconds=44)) == "not enough history (88 samples over 44s)"
+    assert history_text(1, T0, T0) == history_text(0, None, None).replace("(0", "(1") == \
+        "not enough history (1 samples over 0s)"
 
 
 @pytest.mark.parametrize(("spec", "policy", "capped_by", "memory"), [
