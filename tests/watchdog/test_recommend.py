@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 import yaml
-from sqlalchemy import Engine, func, select, text
+from sqlalchemy import Engine, func, select, text, update
 from sqlalchemy.orm import Session
 
 from volcano_monitor.core.quantity import parse_quantity
@@ -255,6 +255,41 @@ def test_idle_workloads_are_forgotten_after_retention(engine: Engine) -> None:
     with Session(engine) as session:
         reloaded.load(session)
     assert len(reloaded) == 1
+
+
+def test_the_containers_spec_is_stored_kept_and_replaced(engine: Engine, caplog: pytest.LogCaptureFixture) -> None:
+    """A spec goes out with the histograms and comes back with them; a book that never saw the pods (a
+    back-fill, a replica just started) keeps the stored one; a changed spec replaces it; a malformed
+    stored spec is ignored (counted, logged), the recommendation then has no limit."""
+    book = HistogramBook(SETTINGS)
+    book.note_spec(*KEY, ContainerSpec("q", {"memory": 2 * GiB}, {"memory": 4 * GiB}))
+    feed(book, 8, step=600)
+    assert flush(engine, book) == 1
+
+    def stored() -> Recommendation:
+        with Session(engine) as session:
+            (found,) = compute_recommendations(session, SETTINGS, at(8 * DAY))
+        return found
+
+    assert stored().current_limits == {"memory": 4 * GiB} and stored().memory_limit_bytes == pytest.approx(
+        2 * stored().memory_target_bytes, abs=1)
+    blind = HistogramBook(SETTINGS)  # no spec noted: its flush must not erase the stored one
+    blind.add_usage(*KEY, TS0 + 8 * DAY, 1.0, GiB)
+    assert flush(engine, blind, 8 * DAY) == 1 and stored().current_limits == {"memory": 4 * GiB}
+    book.note_spec(*KEY, ContainerSpec("q", {"memory": 2 * GiB}, {}))  # the limit was dropped
+    assert book.dirty_count() == 1 and flush(engine, book, 8 * DAY) == 1
+    assert stored().current_limits == {} and stored().memory_limit_bytes is None
+    loaded = HistogramBook(SETTINGS)
+    with Session(engine) as session:
+        loaded.load(session)
+    assert loaded.spec(KEY) == ContainerSpec("q", {"memory": 2 * GiB}, {})
+    with Session(engine) as session, session.begin():
+        session.execute(update(WorkloadHistogram).values(spec={"requests": {"memory": "lots"}}))
+    garbage = HistogramBook(SETTINGS)
+    with Session(engine) as session:
+        garbage.load(session)
+    assert garbage.skipped["bad_stored_spec"] == 1 and "malformed container spec" in caplog.text
+    assert stored().current_limits is None and stored().memory_limit_bytes is None
 
 
 def test_garbage_rows_are_skipped_and_counted(engine: Engine, caplog: pytest.LogCaptureFixture) -> None:

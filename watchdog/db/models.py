@@ -183,8 +183,9 @@ class WorkloadHistogram(Base):
     last_oom_at: Mapped[datetime | None]
     last_oom_memory_bytes: Mapped[float] = mapped_column(Float, default=0.0)
     # The container as last seen: requests, limits, queue and caps (watchdog.recommend_policy.ContainerSpec);
-    # NULL until a pod of it is seen.
-    spec: Mapped[dict[str, Any] | None]
+    # NULL until a pod of it is seen. None is SQL NULL (not JSON null): an upsert without a spec keeps the
+    # stored one through COALESCE.
+    spec: Mapped[dict[str, Any] | None] = mapped_column(JSON(none_as_null=True))
     updated_at: Mapped[datetime]
 
 
