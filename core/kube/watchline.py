@@ -13,7 +13,8 @@ from typing import Any
 import orjson
 
 MANAGED_FIELDS = b',"managedFields":['
-MEMBER_AFTER = (b'],"', b']},"')  # the end of an array, then the next member of its object or of the parent
+NEXT_MEMBER = b'],"'  # the end of an array, then the next member of its object
+PARENT_MEMBER = b']},"'  # the end of an array that ends its object, then the parent's next member
 
 
 def without_managed_fields(line: bytes) -> bytes:
@@ -29,10 +30,10 @@ def without_managed_fields(line: bytes) -> bytes:
     start = line.find(MANAGED_FIELDS)
     if start < 0:
         return line
-    ends = [at for at in (line.find(pattern, start) for pattern in MEMBER_AFTER) if at >= 0]
-    if not ends:
-        return line
-    return line[:start] + line[min(ends) + 1:]
+    end, other = line.find(NEXT_MEMBER, start), line.find(PARENT_MEMBER, start)
+    if other >= 0 and (end < 0 or other < end):
+        end = other
+    return line if end < 0 else line[:start] + line[end + 1:]
 
 
 def decode_event(line: bytes, drop_managed_fields: bool) -> Any:
