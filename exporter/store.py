@@ -343,9 +343,12 @@ class ExporterStore:
         out.extend(self.chunks())
 
     def chunks(self, batch: int = 1024) -> Iterator[bytes]:
-        """The exposition in ~100-300 KB pieces. Row references are copied under the lock (~20 ms for
-        100k pods) and joined outside it in batches small enough for malloc to reuse the same memory:
-        a 100 MB body is never built (fresh memory costs ~1 ms per MB here, in page faults)."""
+        """The exposition in ~100-300 KB pieces. Row references are copied under the lock (a few ms for
+        100k pods: `Rows.parts` keeps each block's references) and joined outside it in batches small
+        enough for malloc to reuse the same memory: a 100 MB body is never built (fresh memory costs ~1 ms
+        per MB here, in page faults). Joined: the server could hand the references to the kernel as they
+        are (`sendmsg`), but ~1000 rows of ~230 bytes a call made a 100k-pod scrape slower (191 ms against
+        110-127 ms)."""
         parts: list[bytes] = []
         with self.lock:
             self.waiting.refresh()

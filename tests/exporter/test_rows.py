@@ -132,6 +132,27 @@ def test_gzip_body_equals_plain_body_after_any_history(block_size: int, ops: lis
     assert lines(gzip.decompress(body)) == lines(plain(rows))
 
 
+@settings(max_examples=80, deadline=None)
+@given(st.sampled_from([4, 8]),
+       st.lists(st.tuples(st.sampled_from(["put", "delete", "scrape"]), st.integers(0, 40),
+                          st.sampled_from(["", "Pending", "Running", "Failed"])), max_size=300))
+def test_plain_body_follows_every_change_after_any_history(block_size: int, ops: list[tuple[str, int, str]]) -> None:
+    """Plain scrapes keep each block's row references: a put, delete or retire in between must show."""
+    rows = Rows((A, B), block_size=block_size)
+    live: dict[str, str] = {}
+    for op, i, state in ops:
+        if op == "put":
+            rows.put(f"p{i}", rendered(f"p{i}", state))
+            live[f"p{i}"] = state
+        elif op == "delete":
+            rows.delete(f"p{i}")
+            live.pop(f"p{i}", None)
+        else:
+            plain(rows)
+    expected = b"".join(line.encode() for name, state in live.items() for line in rendered(name, state))
+    assert lines(plain(rows)) == lines(expected + b"".join(rows.headers[f] for f in (0, 1) if rows.count(f)))
+
+
 def single_member(body: bytes) -> bytes:
     """What a reader that takes one gzip member gets (httpx, zlib with wbits=31): all of it must be there."""
     reader = zlib.decompressobj(31)
