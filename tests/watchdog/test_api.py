@@ -335,6 +335,24 @@ def test_recommendations(engine: Engine, monkeypatch: pytest.MonkeyPatch) -> Non
                     "capped_by": {}, "current_requests": None, "current_limits": None, "queue": "", "notes": []}]
 
 
+def test_recommendations_below_min_confidence_say_why(engine: Engine) -> None:
+    """The real computation over an hour of history: the numbers (limit at the container's ratio, never
+    the upper bound) with status not_enough_history and the reason; min_confidence 0 lets it through."""
+    book = recommend.HistogramBook(Settings().recommendations)
+    book.note_spec("ml", "train", "worker", "main", recommend.ContainerSpec("q", {"memory": 2**30}, {"memory": 2**31}))
+    for minute in range(60):
+        book.add_usage("ml", "train", "worker", "main", NOW.timestamp() - 60 * minute, 1.0, 2**30)
+    with Session(engine) as session, session.begin():
+        book.flush(session, NOW)
+    (got,) = client_for(engine).get("/api/v1/recommendations").json()
+    assert got["status"] == "not_enough_history" and got["message"] == "not enough history (60 samples over 59m)"
+    assert got["memory_limit_bytes"] == pytest.approx(2 * got["memory_target_bytes"], abs=1)
+    assert got["memory_upper_bytes"] > 10 * got["memory_target_bytes"] and got["capped_by"] == {}
+    settings = Settings(api_token=SecretStr(TOKEN), recommendations={"min_confidence": 0})
+    app = create_app(engine, settings, health(), clock=lambda: NOW)
+    assert TestClient(app).get("/api/v1/recommendations").json()[0]["status"] == "ok"
+
+
 def rollup(start: str, queue: str, pod: str, samples: int, cpu_sum: float, memory_sum: float = 0.0,
            gpu_samples: int = 0, gpu_util_sum: float = 0.0, gpu_request: float = 0.0) -> UsageRollup:
     return UsageRollup(bucket_start=datetime.fromisoformat(f"2024-05-01T{start}:00+00:00"), bucket_seconds=300,
