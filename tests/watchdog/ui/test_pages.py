@@ -88,7 +88,8 @@ def test_jobs_filter_paginate_and_show_efficiency(engine: Engine) -> None:
     assert "1&ndash;1 of 1" in one and 'value="job7"' in one
 
 
-def job_with_history(engine: Engine, uid: str, workload: str, minutes: int, gpus: float = 0) -> None:
+def job_with_history(engine: Engine, uid: str, workload: str, minutes: int, gpus: float = 0,
+                     queue_memory: float | None = None) -> None:
     """A run of `workload` with 30 minutes of rollups (GPU utilisation too when it requests GPUs) and
     `minutes` of one-a-minute history in the histograms, fed by the worker's own code, with the
     container's spec as a pod of it shows: request 2 cores / 4Gi, memory limit 8Gi, no CPU limit."""
@@ -104,8 +105,9 @@ def job_with_history(engine: Engine, uid: str, workload: str, minutes: int, gpus
     alert.job_name = run.name
     insert(engine, run, alert, *rollups)
     book = HistogramBook(Settings().recommendations)  # a histogram by the worker's own code
+    capability = {"memory": queue_memory} if queue_memory else {}
     book.note_spec("ml", workload, "worker", "main", ContainerSpec("q1", {"cpu": 2.0, "memory": 4 * 2**30},
-                                                                  {"memory": 8 * 2**30}))
+                                                                  {"memory": 8 * 2**30}, capability))
     for i in range(minutes):
         book.add_usage("ml", workload, "worker", "main", NOW.timestamp() - 60 * i, 1.5, 3 * 2**30)
     with Session(engine) as session, session.begin():
@@ -114,14 +116,16 @@ def job_with_history(engine: Engine, uid: str, workload: str, minutes: int, gpus
 
 def test_job_page_with_little_history_shows_no_patch(engine: Engine) -> None:
     """Three hours of history: the range and "not enough history", no YAML, no limit (the upper bound
-    would have been one); a GPU job charts its GPU utilisation beside CPU and memory."""
-    job_with_history(engine, "uid-9", "train", minutes=200, gpus=2)
+    would have been one); the queue's capability caps memory, and the page says so; a GPU job charts
+    its GPU utilisation beside CPU and memory."""
+    job_with_history(engine, "uid-9", "train", minutes=200, gpus=2, queue_memory=3.2 * 2**30)
     page = ui(engine).get("/ui/jobs/uid-9").text
     assert page.count("<polyline") == 6 and 'aria-label="GPU utilisation"' in page
     assert "/ui/alerts/" in page and "JobFailed" in page
     assert "not enough history (200 samples over 3h 19m)" in page and 'id="no-patch"' in page
     assert "<pre" not in page and "limits" not in page
     assert "2000m / -" in page and "4Gi / 8Gi" in page  # what the container asks for now
+    assert "<td>memory: queue_capability</td>" in page and "&ndash;3.2Gi" in page  # the range held too
     assert ui(engine).get("/ui/jobs/nope").status_code == 404
 
 
