@@ -14,7 +14,7 @@ from tests.exporter import objects
 from volcano_monitor.core.kube.informer import ADDED
 from volcano_monitor.core.model import parse_node, parse_podgroup, parse_queue
 from volcano_monitor.watchdog.app import Watchdog
-from volcano_monitor.watchdog.config import ContainerPolicy, Recommendations, load
+from volcano_monitor.watchdog.config import ConfigError, ContainerPolicy, Recommendations, load
 from volcano_monitor.watchdog.db.engine import make_engine
 from volcano_monitor.watchdog.recommend_math import Estimate
 from volcano_monitor.watchdog.recommend_policy import (
@@ -154,3 +154,23 @@ def test_the_running_watchdog_learns_requests_limits_queue_and_caps(tmp_path: Pa
     rec = watchdog.histograms.recommendation("nlp", "bert", "", "c", T0)
     assert rec is not None and rec.memory_limit_bytes == 2 * rec.memory_target_bytes and rec.queue == "nlp"
     watchdog.engine.dispose()
+
+
+def test_container_policies_from_the_config_file(tmp_path: Path) -> None:
+    """The docs' example as a user writes it, and a bad quantity named by its key (exit code 2 in the CLI)."""
+    path = tmp_path / "watchdog.yaml"
+    path.write_text("recommendations:\n  min_confidence: 0.5\n  container_policies:\n"
+                    "    - max_allowed: {cpu: 32, memory: 256Gi}\n"
+                    "    - {namespace: ml, container: trainer, min_allowed: {memory: 8Gi},"
+                    " max_allowed: {cpu: 64, memory: 480Gi}}\n")
+    settings = load(path, environ={}).recommendations
+    assert settings.min_confidence == 0.5
+    chosen = policy_for(settings.container_policies, "ml", "q", "bert", "trainer")
+    assert chosen is not None and chosen.max_allowed == {"cpu": 64.0, "memory": 480 * GiB}
+    assert chosen.min_allowed == {"memory": 8 * GiB}
+    path.write_text("recommendations:\n  container_policies:\n    - max_allowed: {memory: lots}\n")
+    with pytest.raises(ConfigError, match=r"recommendations\.container_policies\.0\.max_allowed\.memory"):
+        load(path, environ={})
+    path.write_text("recommendations:\n  container_policies:\n    - max_allowed: {gpu: 1}\n")
+    with pytest.raises(ConfigError, match="max_allowed"):
+        load(path, environ={})
