@@ -183,7 +183,7 @@ class Observer:
             key = (pod.namespace, info.workload, info.task, container.name)
             # Shared tuples and one dict: comparing them is cheap, building and serializing the spec is not.
             seen = (info.queue, container.requests, container.limits, capability, self._largest[1])
-            if self._specs_seen.get(key) == seen:
+            if self._specs_seen.get(key) == seen and self.histograms.has_spec(key):  # (retention may drop it)
                 continue
             if len(self._specs_seen) >= 65536:
                 self._specs_seen.clear()

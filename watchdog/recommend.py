@@ -177,6 +177,9 @@ class HistogramBook:
             if key in self._entries:
                 self._dirty.add(key)
 
+    def has_spec(self, key: Key) -> bool:
+        return key in self._specs
+
     def spec(self, key: Key) -> ContainerSpec | None:
         data = self._specs.get(key)
         return ContainerSpec.from_json(orjson.loads(data)) if data is not None else None
@@ -316,14 +319,17 @@ class HistogramBook:
 
     def forget_idle(self, session: Session, cutoff: datetime) -> int:
         """Retention: drop workloads with no sample since `cutoff` (a job renamed or retired long ago),
-        from memory and from the table. A workload with unflushed changes is kept. Returns rows deleted."""
+        from memory and from the table, and the specs of containers that never had a sample (pods seen,
+        never measured: the observer notes them again when a pod of theirs appears or changes phase). A
+        workload with unflushed changes is kept. Returns rows deleted."""
         cut = cutoff.timestamp()
         stale = [key for key, entry in self._entries.items()
                  if key not in self._dirty and (entry.last is None or entry.last < cut)
                  and (entry.last_oom is None or entry.last_oom < cut)]
         for key in stale:
             del self._entries[key]
-            self._specs.pop(key, None)
+        for key in [key for key in self._specs if key not in self._entries]:
+            del self._specs[key]
         table = WorkloadHistogram
         idle = and_(or_(table.last_sample_at.is_(None), table.last_sample_at < cutoff),
                     or_(table.last_oom_at.is_(None), table.last_oom_at < cutoff), table.updated_at < cutoff)

@@ -9,13 +9,14 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from sqlalchemy.orm import Session
 
 from tests.exporter import objects
 from volcano_monitor.core.kube.informer import ADDED
 from volcano_monitor.core.model import parse_node, parse_podgroup, parse_queue
 from volcano_monitor.watchdog.app import Watchdog
 from volcano_monitor.watchdog.config import ConfigError, ContainerPolicy, Recommendations, load
-from volcano_monitor.watchdog.db.engine import make_engine
+from volcano_monitor.watchdog.db.engine import make_engine, migrate
 from volcano_monitor.watchdog.recommend_math import Estimate
 from volcano_monitor.watchdog.recommend_policy import (
     NOT_ENOUGH_HISTORY,
@@ -153,6 +154,15 @@ def test_the_running_watchdog_learns_requests_limits_queue_and_caps(tmp_path: Pa
     watchdog.histograms.add_usage("nlp", "bert", "", "c", T0.timestamp(), 1.0, GiB)
     rec = watchdog.histograms.recommendation("nlp", "bert", "", "c", T0)
     assert rec is not None and rec.memory_limit_bytes == 2 * rec.memory_target_bytes and rec.queue == "nlp"
+    # retention drops the spec of a container never measured; the pod's next phase notes it again
+    migrate(watchdog.engine)
+    with Session(watchdog.engine) as session, session.begin():
+        watchdog.histograms.forget_idle(session, T0 + timedelta(days=30))
+    assert not watchdog.histograms.has_spec(("nlp", "bert", "", "side"))
+    assert watchdog.histograms.has_spec(("nlp", "bert", "", "c"))  # measured, not flushed yet: kept
+    pod["status"]["phase"] = "Succeeded"
+    observer.observe("pods", "MODIFIED", watchdog.pod_view(pod))
+    assert watchdog.histograms.has_spec(("nlp", "bert", "", "side"))
     watchdog.engine.dispose()
 
 
