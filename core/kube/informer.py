@@ -69,6 +69,7 @@ class Entry(Generic[T]):
 
 _gc_lock = threading.Lock()
 _gc_pausers = 0
+_gc_freeze = False  # a pause that ended meanwhile asked for a freeze when the last one ends
 
 
 class gc_paused:
@@ -78,7 +79,16 @@ class gc_paused:
     objects it keeps (views, rows) arrive by the hundred thousand, each allocation count past the
     threshold runs a collection, and the growing young and old generations are rescanned over and over
     for no garbage (decoded events hold no cycles and go by reference counting). At 20k real-shaped
-    pods that was ~25% of the sync's CPU (bench/exporter.py `initial_sync_gc_seconds`)."""
+    pods that was ~25% of the sync's CPU (bench/exporter.py `initial_sync_gc_seconds`).
+
+    `freeze`: when the last pause ends, move every object to the permanent generation (`gc.freeze`)
+    rather than let the next collection scan all that the pause let in (one 0.4-0.5 s collection right
+    after a 100k-pod list), and every full collection after it. Only a complete streaming list asks
+    for it: what it leaves are the views and rows of the cache, freed by reference counting when their
+    objects go."""
+
+    def __init__(self, freeze: bool = False) -> None:
+        self.freeze = freeze
 
     def __enter__(self) -> None:
         global _gc_pausers
@@ -87,10 +97,14 @@ class gc_paused:
             gc.disable()
 
     def __exit__(self, *exc: object) -> None:
-        global _gc_pausers
+        global _gc_pausers, _gc_freeze
         with _gc_lock:
             _gc_pausers -= 1
+            _gc_freeze = _gc_freeze or self.freeze
             if _gc_pausers == 0:
+                if _gc_freeze:
+                    gc.freeze()
+                _gc_freeze = False
                 gc.enable()
 
 
@@ -504,16 +518,18 @@ class Informer(Generic[T]):
             self._gc_pause = gc_paused()
             self._gc_pause.__enter__()
 
-    def _resume_gc(self) -> None:
-        """End the pause `_begin_stream` took, at the end bookmark or when the stream ends before it."""
+    def _resume_gc(self, complete: bool = False) -> None:
+        """End the pause `_begin_stream` took, at the end bookmark (`complete`: then freeze what the list
+        left, see `gc_paused`) or when the stream ends before it."""
         pause, self._gc_pause = self._gc_pause, None
         if pause is not None:
+            pause.freeze = complete
             pause.__exit__()
 
     def _end_stream(self) -> None:
         """The bookmark after the initial state: what it did not name is gone, as after a LIST."""
         seen, self._initial = self._initial or set(), None
-        self._resume_gc()
+        self._resume_gc(complete=True)
         for key in [k for k in self.cache if k not in seen]:
             entry = self.cache.pop(key)
             self._dispatch(DELETED, entry.obj)

@@ -75,6 +75,7 @@ def informers() -> Iterator[list[Informer[Any]]]:
     for informer in started:
         informer.stop()
     assert gc.isenabled()
+    gc.unfreeze()
 
 
 def managed_pod(name: str) -> dict[str, Any]:
@@ -91,9 +92,11 @@ def test_the_collector_is_paused_for_a_streaming_list_only(sim: SimulatorThread,
     enabled: list[bool] = []
     informer: Informer[dict[str, Any]] = Informer(api, PODS, backoff=Backoff(0.02, 0.2))
     informer.add_handler(lambda event_type, obj: enabled.append(gc.isenabled()))
+    gc.unfreeze()
     informers.append(informer.start())
     assert informer.wait_synced(10)
     assert enabled == [False] * 20 and gc.isenabled()
+    assert gc.get_freeze_count() > 0  # what the complete list left is frozen, not rescanned
     assert "managedFields" not in informer.cache["default/p0"].obj["metadata"]
     sim.call(sim.store.create, sim_types.PODS, pod("late"), "default")  # the watch after it: collector on
     wait_for(lambda: len(enabled) == 21)
