@@ -401,6 +401,9 @@ def main() -> None:
                              "simulated: the simulator's own, smaller objects")
     parser.add_argument("--recorded", default=str(real_shaped.RECORDED),
                         help="the Volcano recordings the real-shaped objects are built from")
+    parser.add_argument("--lines", help="with --sync-only: serve these watch-line files (jobs.jsonl, pods.jsonl, "
+                                            "... as bench/exporter_sync.py write_lines makes them) instead of "
+                                            "building the scenario: same bytes for runs compared one after another")
     parser.add_argument("--rss-child", help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.rss_child:
@@ -408,13 +411,19 @@ def main() -> None:
         return
     logging.basicConfig(stream=sys.stderr, level=logging.INFO, format="%(asctime)s %(name)s: %(message)s")
     began = time.perf_counter()
-    log.info("building the scale scenario (%d pods, %d jobs, %d queues, %s shape)", args.pods, args.jobs,
-             args.queues, args.shape)
-    raws = scale_raws(args)
-    gc.collect()
     served = tempfile.TemporaryDirectory()
-    write_lines(raws, served.name)
-    server = subprocess.Popen([sys.executable, exporter_sync.__file__, "serve", served.name], stdin=subprocess.PIPE,
+    if args.lines and args.sync_only:  # watch-line files written before (write_lines): no scenario to build
+        directory = args.lines
+        raws = {PODS: (Path(directory) / f"{PODS.plural}.jsonl").read_bytes().splitlines()}
+        raws[PODS] = [line[len(watch_line("ADDED", b"")) - 1:-1] for line in raws[PODS]]
+    else:
+        log.info("building the scale scenario (%d pods, %d jobs, %d queues, %s shape)", args.pods, args.jobs,
+                 args.queues, args.shape)
+        raws = scale_raws(args)
+        gc.collect()
+        directory = served.name
+        write_lines(raws, directory)
+    server = subprocess.Popen([sys.executable, exporter_sync.__file__, "serve", directory], stdin=subprocess.PIPE,
                               stdout=subprocess.PIPE, text=True)
     assert server.stdout is not None and server.stdin is not None
     url = server.stdout.readline().strip()  # nothing is timed while the server is still loading
@@ -424,14 +433,17 @@ def main() -> None:
     shape = {"shape": args.shape, "pod_bytes_mean": round(sum(map(len, raws[PODS])) / max(pods, 1))}
 
     def syncs() -> dict[str, Any]:
-        log.info("json decode of the served lines, then %d initial syncs over HTTP from %s", args.sync_runs, url)
-        decode_cpu, decoded = json_decode_cpu(served.name)
-        runs = [initial_sync(url, args.scrapes) for _ in range(args.sync_runs)]
+        """Each sync right after a decode of the same bytes: the pair meets the same load of the machine."""
+        log.info("%d x (json decode of the served lines, initial sync over HTTP from %s)", args.sync_runs, url)
+        runs = []
+        for _ in range(args.sync_runs):
+            decode_cpu, decoded = json_decode_cpu(directory)
+            runs.append({**initial_sync(url, args.scrapes), "decode_cpu_seconds": decode_cpu})
         assert server.stdin is not None
         server.stdin.close()
         server.wait(30)
         served.cleanup()
-        return sync_result(runs, decode_cpu, decoded)
+        return sync_result(runs, decoded)
 
     if args.sync_only:
         del raws
