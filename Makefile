@@ -27,7 +27,8 @@ lint: install
 test: lint
 	@# helm, PostgreSQL, Prometheus and Alertmanager: brought, started or named (see the script)
 	bash deploy/tools/test-prereqs.sh
-	PATH="$(CURDIR)/$(BIN):$(CURDIR)/.tools/bin:$$PATH" $(BIN)/pytest
+	@# -n auto: one worker per core (pytest-xdist; --dist loadfile and the slow-files-first order: pyproject.toml)
+	PATH="$(CURDIR)/$(BIN):$(CURDIR)/.tools/bin:$$PATH" $(BIN)/pytest -n auto
 
 bench: install
 	$(BIN)/python bench/informer.py

@@ -43,6 +43,22 @@ PARTS = frozenset({"core", "exporter", "watchdog", "simulator", "dashboards"})
 sys.meta_path.insert(0, _OneNamePerModule())
 
 
+@pytest.hookimpl(trylast=True)  # after pytest's own reordering by fixture parameters, which it keeps within a file
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """Files with a `slow(seconds)` test run first, the slowest first; the others keep their order after them.
+
+    `make test` runs the suite on two workers (-n auto, --dist loadfile): a five-minute test handed out
+    last holds the whole run up while the other worker idles, and handed out first it runs beside the rest
+    of the suite. Whole files move, so a module fixture still starts once in a run without xdist too."""
+    seconds: dict[Path, float] = {}
+    for item in items:
+        marker = item.get_closest_marker("slow")
+        if marker is not None:
+            hint = float(marker.args[0]) if marker.args else 1.0
+            seconds[item.path] = max(seconds.get(item.path, 0.0), hint)
+    items.sort(key=lambda item: -seconds.get(item.path, 0.0))
+
+
 def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter) -> None:
     """What a test recorded as `record_property("summary", text)` (e.g. how many requests the API's
     schemathesis run sent), at the end of the run. Printed here because output from inside a test is lost

@@ -65,6 +65,7 @@ def test_the_wheel_holds_only_volcano_monitor_with_its_data(wheel: Path) -> None
     assert not [n for n in names if "__pycache__" in n or n.startswith(("volcano_monitor/tests", "tests/"))]
 
 
+@pytest.mark.slow(40)
 def test_the_wheel_installs_next_to_pypis_watchdog_and_both_import(wheel: Path, tmp_path: Path) -> None:
     """A fresh venv: PyPI's watchdog and the wheel, the project's dependencies borrowed from this venv's
     site-packages (a plain path entry, so the editable install's hook there is not loaded)."""

@@ -56,6 +56,10 @@ def get(url: str) -> bytes:
         return b""
 
 
+# Building the image (debootstrap of its base on a fresh machine, then pip wheel of every dependency) is most
+# of the time: 300 s was not always enough beside the other xdist worker, so it gets its own budget.
+@pytest.mark.slow(300)
+@pytest.mark.timeout(900)
 def test_both_commands_run_from_the_image(container: str, tmp_path: Path) -> None:
     config = tmp_path / "cfg"
     config.mkdir(mode=0o755)

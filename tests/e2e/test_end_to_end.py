@@ -125,12 +125,19 @@ def test_a_failed_job_reaches_chat_through_the_watchdog_and_through_alertmanager
     def delivered(source: str, kind: str) -> list[dict[str, Any]]:
         return [a for m in inbox.messages() for a in alerts_in(m) if a["source"] == source and a["kind"] == kind]
 
-    wait_for(lambda: bool(delivered("watchdog", "JobFailed")) and bool(delivered("alertmanager", "VolcanoJobFailed")),
-             timeout=120, interval=0.5)
+    def both_ways() -> set[tuple[str, str]]:
+        def jobs(source: str, kind: str) -> set[tuple[str, str]]:
+            return {(a["namespace"], a["job_name"]) for a in delivered(source, kind)}
+        return jobs("watchdog", "JobFailed") & jobs("alertmanager", "VolcanoJobFailed")
+
+    # Polled until one job has come both ways: the first to arrive by each way can be different jobs (at
+    # 300x several fail within a few seconds, and the Prometheus -> Alertmanager way lags by its intervals).
+    try:
+        wait_for(lambda: bool(both_ways()), timeout=120, interval=0.5)
+    except AssertionError:
+        raise AssertionError(("no failed job reached chat both ways", delivered("watchdog", "JobFailed"),
+                              delivered("alertmanager", "VolcanoJobFailed"))) from None
     own = delivered("watchdog", "JobFailed")
-    via_am = delivered("alertmanager", "VolcanoJobFailed")
-    failed_jobs = {(a["namespace"], a["job_name"]) for a in own}
-    assert failed_jobs & {(a["namespace"], a["job_name"]) for a in via_am}, (own, via_am)
     assert any(a["status"] == "firing" for a in own) and all(a["url"].startswith("http") for a in own)
 
 
@@ -153,6 +160,7 @@ def shows_data(prometheus: str, expr: str, seconds: int = 600) -> bool:
                                                          end=f"{end:.3f}", step="5"))
 
 
+@pytest.mark.slow(80)
 def test_every_dashboard_panel_has_data(stack: dict[str, Any]) -> None:
     prometheus = stack["prometheus"]
     panels = panel_queries()
@@ -166,16 +174,20 @@ def test_every_dashboard_panel_has_data(stack: dict[str, Any]) -> None:
     for dashboard, panel, expr in panels:
         if (dashboard, panel) not in NO_DATA_EXPECTED and not any(p in expr for p in NO_DATA_PATTERNS):
             by_panel.setdefault((dashboard, panel), []).append(expr)
-    empty: dict[tuple[str, str], str] = {}
-    deadline = time.monotonic() + 120
+    # A panel that showed data keeps showing it (shows_data looks 10 minutes back): each round asks again only
+    # for the panels still empty, so a round is short and a late panel is seen soon after its data comes.
+    # The last is usually "Over-requested runs": the watchdog's waste pass runs every 60 s, and the first one
+    # often comes before a finished run's usage is flushed, so it shows after the second, ~120 s in. The
+    # deadline leaves a third pass for a busy machine; the loop ends as soon as the data has come.
+    empty = {key: " | ".join(exprs) for key, exprs in by_panel.items()}
+    started = time.monotonic()
     while True:
-        empty = {}
-        for key, exprs in by_panel.items():
-            if not any(shows_data(prometheus, substitute_grafana_variables(e, values)) for e in exprs):
-                empty[key] = " | ".join(exprs)
-        if not empty or time.monotonic() > deadline:
+        for key in list(empty):
+            if any(shows_data(prometheus, substitute_grafana_variables(e, values)) for e in by_panel[key]):
+                del empty[key]
+        if not empty or time.monotonic() - started > 200:
             break
-        time.sleep(3)
+        time.sleep(1)
     assert not empty, "panels without data:\n" + "\n".join(f"{d} / {p}: {e}" for (d, p), e in empty.items())
     unexplained = [key for key in NO_DATA_EXPECTED if key not in {(d, p) for d, p, _ in panels}]
     assert not unexplained, f"NO_DATA_EXPECTED names panels that do not exist: {unexplained}"

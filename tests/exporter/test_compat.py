@@ -239,6 +239,7 @@ class PlainKubeStateMetrics:
         self.server.server_close()
 
 
+@pytest.mark.slow(90)
 def test_volcano_dashboards_queries_return_data(tmp_path: Path) -> None:
     binary = prometheus_binary()  # a failure, not a skip, when missing
     queries = fork_expressions()

@@ -73,6 +73,7 @@ def stack(tmp_path: Path) -> Iterator[tuple[SimulatorThread, Exporter, str]]:
             exporter.stop()
 
 
+@pytest.mark.slow(90)
 def test_prometheus_p90_of_queue_wait_matches_the_simulated_waits(
         tmp_path: Path, stack: tuple[SimulatorThread, Exporter, str]) -> None:
     binary = prometheus_binary()

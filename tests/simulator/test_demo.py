@@ -11,10 +11,13 @@ import sys
 import urllib.request
 from pathlib import Path
 
+import pytest
+
 from tests.exporter.test_cli import free_port
 from tests.simtools import wait_for
 
 
+@pytest.mark.slow(45)
 def test_demo_starts_everything_and_stops_on_ctrl_c(tmp_path: Path) -> None:
     ports = {name: free_port() for name in ("sim", "exporter", "watchdog", "chat", "prometheus", "alertmanager")}
     process = subprocess.Popen(

@@ -173,6 +173,7 @@ def stored_samples(engine: Engine) -> dict[tuple[str, str, str, str], int]:
             select(table.namespace, table.workload, table.task, table.container, table.samples))}
 
 
+@pytest.mark.slow(40)
 def test_backfill_recommendations_equal_the_live_feed_and_happen_once(
         history: tuple[str, list[Run]], database_url: str) -> None:
     url, all_runs = history

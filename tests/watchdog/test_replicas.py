@@ -139,6 +139,7 @@ def finished(engine: Engine, since: datetime) -> int:
         return 0
 
 
+@pytest.mark.slow(100)
 def test_two_replicas_store_what_one_stores_and_fail_over(databases: tuple[str, str], tmp_path: Path) -> None:
     pair_url, single_url = databases
     inbox_pair, inbox_single = ChatInbox().start(), ChatInbox().start()

@@ -12,6 +12,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
+import pytest
 import yaml
 from sqlalchemy import select
 from sqlalchemy.orm import Session
@@ -42,6 +43,7 @@ def digests(inbox: ChatInbox) -> list[InboxMessage]:
     return [m for m in inbox.messages() if m.body["alerts"][0]["kind"] == "ReportDigest"]
 
 
+@pytest.mark.slow(45)
 def test_each_period_once_through_a_kill_of_the_leader(databases: tuple[str, str], tmp_path: Path) -> None:  # noqa: F811
     url = databases[0]
     inbox = ChatInbox().start()
