@@ -63,4 +63,4 @@ def test_plain_and_gzip_bodies_over_http_equal_the_exposition_and_come_quickly()
         server.shutdown()
     # With Nagle's algorithm the last small write of each response waited for a delayed ACK: 44 ms a
     # scrape here, 4 ms without.
-    assert sorted(times)[len(times) // 2] < 0.025, times
+    assert sorted(times)[len(times) // 2] < 0.035, times  # the delayed ACK is 40 ms at least
