@@ -4,6 +4,7 @@ cyclic collector paused from a streaming list's first event to its end bookmark.
 from __future__ import annotations
 
 import gc
+import weakref
 from collections.abc import Iterator
 from typing import Any
 
@@ -101,6 +102,26 @@ def test_the_collector_is_paused_for_a_streaming_list_only(sim: SimulatorThread,
     sim.call(sim.store.create, sim_types.PODS, pod("late"), "default")  # the watch after it: collector on
     wait_for(lambda: len(enabled) == 21)
     assert enabled[-1] is True
+
+
+class _Cycle:
+    def __init__(self) -> None:
+        self.me = self
+
+
+def test_cyclic_garbage_made_during_the_pause_is_collected_not_frozen(
+        sim: SimulatorThread, api: client.ApiClient, informers: list[Informer[Any]]) -> None:
+    """Another thread's cycles left while the collector was off must not become permanent."""
+    sim.call(lambda: [sim.store.create(sim_types.PODS, pod(f"p{i}"), "default") for i in range(5)])
+    dropped: list[weakref.ref[_Cycle]] = []
+    informer: Informer[dict[str, Any]] = Informer(api, PODS, backoff=Backoff(0.02, 0.2))
+    informer.add_handler(lambda event_type, obj: dropped.append(weakref.ref(_Cycle())))
+    gc.unfreeze()
+    informers.append(informer.start())
+    assert informer.wait_synced(10) and len(dropped) == 5
+    assert gc.get_freeze_count() > 0
+    gc.collect()  # frozen objects are out of its reach: a cycle frozen would still be alive here
+    assert all(ref() is None for ref in dropped)
 
 
 def test_a_stream_cut_before_its_bookmark_resumes_the_collector(sim: SimulatorThread, api: client.ApiClient,
