@@ -47,7 +47,7 @@ sys.meta_path.insert(0, _OneNamePerModule())
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     """Files with a `slow(seconds)` test run first, the slowest first; the others keep their order after them.
 
-    `make test` runs the suite on two workers (-n auto, --dist loadfile): a five-minute test handed out
+    `make test` runs the suite on one worker per CPU (-n logical, --dist loadfile): a five-minute test handed out
     last holds the whole run up while the other worker idles, and handed out first it runs beside the rest
     of the suite. Whole files move, so a module fixture still starts once in a run without xdist too."""
     seconds: dict[Path, float] = {}
