@@ -24,6 +24,7 @@ EXPECTED_KINDS: dict[str, set[str]] = {
     "gang-too-big": {"GangUnschedulable"},
     "gang-unschedulable": {"GangUnschedulable"},
     "queue-capability-wait": {"QueueStarved"},
+    "queue-order": {"QueueStarved"},
     "pod-error-abort": {"JobFailed"},
     "pod-rejected-outofcpu": {"PodRejected", "JobFailed"},
     "pod-oomkilled-job-fails": {"PodOOMKilled", "JobRetrying", "JobFailed", "RetryExhausted"},
@@ -101,6 +102,25 @@ def test_queue_capability_wait_is_queue_starved_only(engine: Engine, database_ur
     assert alert.details["capability"] == float(queue["spec"]["capability"]["cpu"])
     assert alert.details["example"].startswith("default/second-")
     assert alert.state == "resolved"  # `second` got in when `first` completed
+
+
+def test_queue_order_waits_are_queue_starved_on_the_queue_only(engine: Engine, database_url: str) -> None:
+    """In queue `narrow` (cpu 4) `big` (4 cpu) waits behind `holder`, then behind `urgent` and `plain`, which
+    the scheduler takes first when `holder` ends; `small` starts at once beside `holder`. The cause is the
+    queue's capability throughout: QueueStarved on `narrow` only, no alert per waiting gang. It is two
+    episodes, as the queue was: when `holder` ended the queue was empty and `big` fit, for the moment
+    before the scheduler admitted `urgent` and `plain` (both resolved: every job completed)."""
+    scenario = load("queue-order")
+    replay(scenario, engine, database_url)
+    alerts = sorted(fired(engine), key=lambda a: a.started_at)
+    queue = next(e.object for e in scenario.of("queues") if e.object["spec"].get("capability"))
+    assert [(a.kind, a.queue, a.state) for a in alerts] == [("QueueStarved", "narrow", "resolved")] * 2
+    first, second = alerts
+    assert first.resolved_at is not None and first.resolved_at <= second.started_at
+    assert {a.details["scope"] for a in alerts} == {"queue"} and {a.details["resource"] for a in alerts} == {"cpu"}
+    assert {a.details["capability"] for a in alerts} == {float(queue["spec"]["capability"]["cpu"])}
+    assert first.details["waiting"] == 3 and second.details["waiting"] == 1  # big, urgent, plain; then big
+    assert all(a.details["example"].startswith("default/big-") for a in alerts)
 
 
 def test_oom_job_fails_with_oomkilled(engine: Engine, database_url: str) -> None:
