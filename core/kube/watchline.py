@@ -30,10 +30,22 @@ def without_managed_fields(line: bytes) -> bytes:
     start = line.find(MANAGED_FIELDS)
     if start < 0:
         return line
-    end, other = line.find(NEXT_MEMBER, start), line.find(PARENT_MEMBER, start)
-    if other >= 0 and (end < 0 or other < end):
-        end = other
+    end = _array_end(line, start)
     return line if end < 0 else line[:start] + line[end + 1:]
+
+
+def _array_end(line: bytes, start: int) -> int:
+    """The first `]` after `start` followed by `,"` or `},"`: where `NEXT_MEMBER` or `PARENT_MEMBER`
+    is first found, whichever comes first (-1 for neither).
+
+    Why not two `find`s of the patterns: a search for `],"` in JSON stops at every quote, ~5 us per
+    search on a real pod, twice: 10 us a line, a quarter of what the cut saves in decoding. A `]` is
+    rare in managedFields (only in strings), so a search for the byte alone (memchr) lands on the
+    array's end at once, or very nearly."""
+    end = line.find(b"]", start)
+    while end >= 0 and not (line.startswith(NEXT_MEMBER, end) or line.startswith(PARENT_MEMBER, end)):
+        end = line.find(b"]", end + 1)
+    return end
 
 
 def decode_event(line: bytes, drop_managed_fields: bool) -> Any:
