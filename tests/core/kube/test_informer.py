@@ -2,7 +2,6 @@ from __future__ import annotations
 
 import logging
 import zlib
-from collections.abc import Iterator
 from typing import Any
 
 import pytest
@@ -28,14 +27,6 @@ class Recorder:
 
     def of(self, name: str) -> list[str]:
         return [t for t, n, _ in self.events if n == name]
-
-
-@pytest.fixture
-def informers() -> Iterator[list[Informer[Any]]]:
-    started: list[Informer[Any]] = []
-    yield started
-    for informer in started:
-        informer.stop()
 
 
 def start(api: client.ApiClient, started: list[Informer[Any]], kind: ResourceKind = PODS,

@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import gc
 import weakref
-from collections.abc import Iterator
 from typing import Any
 
 import orjson
@@ -67,16 +66,6 @@ def test_a_cut_is_exact_or_the_whole_line_is_decoded(line: bytes, expected_cut: 
 def test_an_undecodable_line_still_raises() -> None:
     with pytest.raises(orjson.JSONDecodeError):
         decode_event(b'{"type":"ADDED","object":{"metadata":{"name":"p","managedFields":[{]},"spec":{}', True)
-
-
-@pytest.fixture
-def informers() -> Iterator[list[Informer[Any]]]:
-    started: list[Informer[Any]] = []
-    yield started
-    for informer in started:
-        informer.stop()
-    assert gc.isenabled()
-    gc.unfreeze()
 
 
 def managed_pod(name: str) -> dict[str, Any]:
