@@ -90,6 +90,11 @@ def integer(d: Mapping[str, Any], key: str, path: str, probs: list[str], default
     return default if v is None else v
 
 
+def counts(d: Mapping[str, Any], path: str, probs: list[str], *keys: str) -> list[int]:
+    """Several integer fields of one object, in the order of ``keys`` (a status's pod counts)."""
+    return [integer(d, k, path, probs) for k in keys]
+
+
 def opt_integer(d: Mapping[str, Any], key: str, path: str, probs: list[str]) -> int | None:
     v = d.get(key)
     if type(v) is int:

@@ -17,7 +17,7 @@ record goes with the Job's DELETED event, so it is bounded by the Jobs that exis
 Restarts of a Volcano Job (`Restarting` -> `Pending` -> `Running`): each run is observed once. The restarted
 run's wait is measured from its `Restarting` condition (when it went back to waiting, like Kueue's requeue),
 not from the Job's creation; its run time when it finishes. Runs are told apart by their start time (see
-`core.model._job_times`: the first `Running` of the latest run).
+`core.jobview._job_times`: the first `Running` of the latest run).
 
 Rendering fits the store: each (queue, priority class) series block is rendered once per observation and
 kept as bytes; a scrape concatenates them. Series are created at zero as soon as a Job of that queue and
