@@ -15,7 +15,7 @@ from collections.abc import Mapping
 from dataclasses import asdict, fields
 from typing import Any
 
-from volcano_monitor.simulator.scenario import TaskSpec, Workload
+from volcano_monitor.simulator.specs import TaskSpec, Workload
 from volcano_monitor.simulator.usage import BUSY, UsageProfile
 
 USAGE_ANNOTATION = "sim.volcano-monitor/usage"

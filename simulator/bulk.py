@@ -13,7 +13,7 @@ import math
 from volcano_monitor.simulator import objects as o
 from volcano_monitor.simulator.quantity import Resources, add, format_resources
 from volcano_monitor.simulator.resources import JOBS, NAMESPACES, NODES, PODGROUPS, PODS, QUEUES
-from volcano_monitor.simulator.scenario import BulkSpec, NodeSpec, QueueSpec, TaskSpec, Workload
+from volcano_monitor.simulator.specs import BulkSpec, NodeSpec, QueueSpec, TaskSpec, Workload
 from volcano_monitor.simulator.state import (
     PodSim,
     RunSim,

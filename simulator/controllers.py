@@ -10,8 +10,8 @@ from volcano_monitor.simulator.adopt import workload_from_job
 from volcano_monitor.simulator.preempt import Preemption, priority
 from volcano_monitor.simulator.quantity import Resources
 from volcano_monitor.simulator.resources import CRONJOBS, JOBS, NODES, PODGROUPS, PODS, QUEUES
-from volcano_monitor.simulator.scenario import TaskSpec, Workload
 from volcano_monitor.simulator.scheduler import QueueView, gang_message, headroom, place, queue_chain, queue_view, take
+from volcano_monitor.simulator.specs import TaskSpec, Workload
 from volcano_monitor.simulator.state import (
     TERMINAL_JOB_PHASES,
     NodeSim,

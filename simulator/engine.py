@@ -19,8 +19,8 @@ from typing import Any
 from volcano_monitor.simulator import objects as o
 from volcano_monitor.simulator.quantity import Resources, add, format_resources
 from volcano_monitor.simulator.resources import EVENTS, JOBS, PODGROUPS, PODS, QUEUES, ResourceType
-from volcano_monitor.simulator.scenario import Scenario
 from volcano_monitor.simulator.scheduler import queue_chain, queue_view
+from volcano_monitor.simulator.specs import Scenario
 from volcano_monitor.simulator.state import JOB_API, NodeSim, Obj, PodSim, RunSim, pod_counts, rfc3339
 from volcano_monitor.simulator.store import Store
 

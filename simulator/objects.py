@@ -7,7 +7,8 @@ import math
 
 from volcano_monitor.simulator.adopt import job_annotations
 from volcano_monitor.simulator.quantity import Resources, format_bytes, format_cpu, format_quantity, format_resources
-from volcano_monitor.simulator.scenario import GPU_TOLERATION, PRIORITY_CLASSES, QueueSpec, TaskSpec
+from volcano_monitor.simulator.scenario import GPU_TOLERATION, PRIORITY_CLASSES
+from volcano_monitor.simulator.specs import QueueSpec, TaskSpec
 from volcano_monitor.simulator.state import (
     JOB_API,
     KUBEFLOW_API,

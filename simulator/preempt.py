@@ -18,8 +18,9 @@ from collections.abc import Iterable
 
 from volcano_monitor.simulator.kubelet import GRACE_RUNNING, Kubelet
 from volcano_monitor.simulator.quantity import Resources
-from volcano_monitor.simulator.scenario import PRIORITY_CLASSES, TaskSpec, Workload
+from volcano_monitor.simulator.scenario import PRIORITY_CLASSES
 from volcano_monitor.simulator.scheduler import node_reasons
+from volcano_monitor.simulator.specs import TaskSpec, Workload
 from volcano_monitor.simulator.state import NodeSim, PodSim, RunSim
 
 EVICT_MESSAGE = "Pod is evicted, because of {}"

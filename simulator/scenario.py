@@ -1,15 +1,15 @@
 """Scenarios: the cluster (namespaces, nodes, queues) and the workloads the driver plays on it.
 
 Durations here are scenario seconds; the driver divides them by its `speed`. Every workload says
-what it is meant to trigger (`purpose`): the watchdog's detectors are tested against them.
+what it is meant to trigger (`purpose`): the watchdog's detectors are tested against them. The types
+they are written in (NodeSpec, QueueSpec, TaskSpec, Workload, Scenario) are in simulator.specs.
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping
-from dataclasses import dataclass, field, replace
-from typing import Any, Literal
+from typing import Any
 
+from volcano_monitor.simulator.specs import BulkSpec, Exit, NodeSpec, QueueSpec, Scenario, TaskSpec, Workload
 from volcano_monitor.simulator.usage import (
     BUSY,
     IDLE_GPU,
@@ -23,142 +23,8 @@ from volcano_monitor.simulator.usage import (
     oom_profile,
 )
 
-A100 = "NVIDIA-A100-SXM4-80GB"
 H100 = "NVIDIA-H100-80GB-HBM3"
 GPU_TOLERATION = {"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"}
-
-Exit = Literal["success", "error", "oom", "rejected"]
-
-
-@dataclass(frozen=True)
-class NodeSpec:
-    name: str
-    cpu: int
-    memory_gi: int
-    gpus: int = 0
-    gpu_product: str = A100
-    instance_type: str = "m6i.8xlarge"
-    zone: str = "zone-a"
-    max_pods: int = 110
-    system_reserved: bool = True  # allocatable = capacity - 0.5 cpu - 2Gi (kwok nodes reserve nothing)
-    gpu_taint: bool = True  # GPU nodes carry the nvidia.com/gpu NoSchedule taint
-
-
-@dataclass(frozen=True)
-class QueueSpec:
-    name: str
-    parent: str | None = "root"
-    weight: int = 1
-    reclaimable: bool = True
-    capability: Mapping[str, str] | None = None
-    deserved: Mapping[str, str] | None = None
-    guarantee: Mapping[str, str] | None = None
-    priority: int | None = None  # spec.priority (v1.10+; pruned where the release lacks it)
-
-
-@dataclass(frozen=True)
-class TaskSpec:
-    """One task of a workload. `runtime` is how long the container runs (scenario seconds) before it
-    exits the way `exit` says; None runs until the job controller kills it."""
-
-    name: str
-    replicas: int = 1
-    cpu: str = "1"  # "": no request
-    memory: str = "2Gi"  # "": no request
-    gpus: int = 0
-    cpu_limit: str | None = None
-    memory_limit: str | None = None
-    image: str = "registry.example.com/batch/runner:1.4.2"
-    command: tuple[str, ...] = ("python", "main.py")
-    container: str = "main"
-    runtime: float | None = 600.0
-    exit: Exit = "success"
-    exit_code: int = 0
-    reject_reason: str = "OutOfcpu"
-    profile: UsageProfile = BUSY
-    node_selector: Mapping[str, str] = field(default_factory=dict)
-    min_available: int | None = None
-    policies: tuple[Mapping[str, str], ...] = ()
-    restart_policy: str = "Never"
-    # Replica 0 crashes (exit 1) this long after it starts and the kubelet restarts the container in
-    # place (restartPolicy OnFailure): restartCount 1 and lastState.terminated show it.
-    crash_after: float | None = None
-    # False: the pod gets its GPUs but no DCGM exporter reports them (a node without dcgm-exporter):
-    # no DCGM_FI_DEV_GPU_UTIL series for the container.
-    dcgm: bool = True
-
-
-@dataclass(frozen=True)
-class Workload:
-    name: str
-    namespace: str
-    queue: str
-    tasks: tuple[TaskSpec, ...]
-    purpose: str
-    kind: Literal["Job", "PyTorchJob"] = "Job"
-    min_available: int | None = None  # None: all replicas
-    max_retry: int = 3
-    policies: tuple[Mapping[str, str], ...] = ()
-    plugins: Mapping[str, tuple[str, ...]] | None = None
-    gang: bool = True  # False: the scheduler binds pods one by one (a broken gang)
-    start_after: float = 0.0
-    pause: float = 300.0  # after a run finishes, the next run is submitted this much later
-    repeat: bool = True
-    ttl_after_finished: int = 1800
-    priority_class: str | None = None
-    delete_after: float | None = None  # someone deletes the Job this long after submitting it
-    # Newer-release fields, written always and pruned by the served CRD schema (simulator.releases):
-    network_topology: Mapping[str, Any] | None = None  # PodGroup (and Job) spec.networkTopology, v1.12+
-    subgroup_policy: tuple[Mapping[str, Any], ...] = ()  # PodGroup spec.subGroupPolicy, v1.14+
-    cron: str | None = None  # submitted by this Volcano CronJob (v1.13+): named <cron>-<minute>, owned by it
-    annotations: Mapping[str, str] = field(default_factory=dict)  # on the Job (opt-ins such as OOM scale-up)
-
-    @property
-    def replicas(self) -> int:
-        return sum(t.replicas for t in self.tasks)
-
-    @property
-    def min_member(self) -> int:
-        return self.replicas if self.min_available is None else self.min_available
-
-
-@dataclass(frozen=True)
-class BulkSpec:
-    """The `scale` scenario: objects created in their steady state, no churn."""
-
-    pods: int = 1000
-    jobs: int = 100
-    queues: int = 10
-    namespaces: int = 10
-    pods_per_node: int = 100
-
-
-@dataclass(frozen=True)
-class Scenario:
-    name: str
-    description: str
-    namespaces: tuple[str, ...] = ()
-    nodes: tuple[NodeSpec, ...] = ()
-    queues: tuple[QueueSpec, ...] = ()
-    workloads: tuple[Workload, ...] = ()
-    bulk: BulkSpec | None = None
-
-    def configure(self, **params: Any) -> Scenario:
-        """This scenario with its parameters applied; unknown parameters are an error."""
-        if not params:
-            return self
-        if self.bulk is None:
-            raise ValueError(f"scenario {self.name!r} takes no parameters (got {', '.join(sorted(params))})")
-        known = set(BulkSpec.__dataclass_fields__)
-        unknown = sorted(set(params) - known)
-        if unknown:
-            raise ValueError(f"unknown parameters for scenario {self.name!r}: {', '.join(unknown)} "
-                             f"(known: {', '.join(sorted(known))})")
-        values = {k: int(v) for k, v in params.items()}
-        if any(v < 0 for v in values.values()):
-            raise ValueError("scenario parameters must not be negative")
-        return replace(self, bulk=replace(self.bulk, **values))
-
 
 # ---- the cluster -----------------------------------------------------------------------------------
 

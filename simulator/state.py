@@ -9,7 +9,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from volcano_monitor.simulator.quantity import GIB, Resources, parse_quantity, parse_resources
-from volcano_monitor.simulator.scenario import NodeSpec, TaskSpec, Workload
+from volcano_monitor.simulator.specs import NodeSpec, TaskSpec, Workload
 from volcano_monitor.simulator.usage import ContainerUsage, GpuDevice
 
 Obj = dict[str, Any]

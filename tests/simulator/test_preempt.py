@@ -9,7 +9,7 @@ from tests.simtools import wait_for
 from volcano_monitor.simulator.preempt import plan_preemption
 from volcano_monitor.simulator.resources import EVENTS, PODS
 from volcano_monitor.simulator.runtime import SimulatorThread
-from volcano_monitor.simulator.scenario import NodeSpec, TaskSpec, Workload
+from volcano_monitor.simulator.specs import NodeSpec, TaskSpec, Workload
 from volcano_monitor.simulator.state import NodeSim, PodSim, RunSim, make_node
 
 
