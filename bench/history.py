@@ -57,15 +57,15 @@ from sqlalchemy import Engine, func, select
 from sqlalchemy.orm import Session
 
 from volcano_monitor.core.model import parse_job
-from volcano_monitor.watchdog.capability.store import usage_buckets
+from volcano_monitor.watchdog.actions.capability.store import usage_buckets
 from volcano_monitor.watchdog.config import Settings
-from volcano_monitor.watchdog.db.engine import make_engine, migrate
-from volcano_monitor.watchdog.db.models import UsageRollup, UsageRollupHourly
-from volcano_monitor.watchdog.detectors.waste import WasteDetector
-from volcano_monitor.watchdog.ledger import Ledger
-from volcano_monitor.watchdog.retention import run_retention
-from volcano_monitor.watchdog.usage.recorder import UsageRecorder
-from volcano_monitor.watchdog.usage.samples import PodInfo, UsageSample
+from volcano_monitor.watchdog.state.db.engine import make_engine, migrate
+from volcano_monitor.watchdog.state.db.models import UsageRollup, UsageRollupHourly
+from volcano_monitor.watchdog.findings.detectors.waste import WasteDetector
+from volcano_monitor.watchdog.state.ledger import Ledger
+from volcano_monitor.watchdog.runtime.retention import run_retention
+from volcano_monitor.watchdog.state.rollups import UsageRecorder
+from volcano_monitor.watchdog.state.samples import PodInfo, UsageSample
 
 POSTGRES_ADMIN = os.environ.get("VOLCANO_BENCH_POSTGRES", "postgresql://postgres@127.0.0.1:5432/postgres")
 PODS_PER_JOB, CONTAINERS, QUEUES = 4, ("main", "sidecar"), 10

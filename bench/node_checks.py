@@ -25,12 +25,12 @@ from sqlalchemy import create_engine  # noqa: E402
 from sqlalchemy.orm import Session  # noqa: E402
 
 from volcano_monitor.core.model import parse_node, parse_pod  # noqa: E402
-from volcano_monitor.watchdog.cluster import ClusterIndex  # noqa: E402
-from volcano_monitor.watchdog.db.engine import migrate  # noqa: E402
-from volcano_monitor.watchdog.detectors.hot import NodeHotDetector  # noqa: E402
-from volcano_monitor.watchdog.detectors.stranded import GpuStrandedDetector  # noqa: E402
-from volcano_monitor.watchdog.node_settings import GpuStrandedSettings, NodeHotSettings  # noqa: E402
-from volcano_monitor.watchdog.nodes import NodeTable, NodeUsage  # noqa: E402
+from volcano_monitor.watchdog.state.cluster import ClusterIndex  # noqa: E402
+from volcano_monitor.watchdog.state.db.engine import migrate  # noqa: E402
+from volcano_monitor.watchdog.findings.detectors.hot import NodeHotDetector  # noqa: E402
+from volcano_monitor.watchdog.findings.detectors.stranded import GpuStrandedDetector  # noqa: E402
+from volcano_monitor.watchdog.findings.detectors.settings import GpuStrandedSettings, NodeHotSettings  # noqa: E402
+from volcano_monitor.watchdog.state.nodes import NodeTable, NodeUsage  # noqa: E402
 
 
 def build(pods: int, nodes: int, hostage: int) -> tuple[NodeTable, ClusterIndex]:

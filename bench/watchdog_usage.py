@@ -37,13 +37,13 @@ from sqlalchemy import Engine, func, select
 from sqlalchemy.orm import Session
 
 from volcano_monitor.core.model import parse_job
-from volcano_monitor.watchdog.config import Recommendations
-from volcano_monitor.watchdog.db.engine import make_engine, migrate
-from volcano_monitor.watchdog.db.models import UsageRollup
-from volcano_monitor.watchdog.ledger import Ledger
-from volcano_monitor.watchdog.recommend import HistogramBook
-from volcano_monitor.watchdog.usage.recorder import UsageRecorder
-from volcano_monitor.watchdog.usage.samples import PodInfo, UsageSample
+from volcano_monitor.watchdog.findings.recommendations.settings import Recommendations
+from volcano_monitor.watchdog.state.db.engine import make_engine, migrate
+from volcano_monitor.watchdog.state.db.models import UsageRollup
+from volcano_monitor.watchdog.state.ledger import Ledger
+from volcano_monitor.watchdog.findings.recommendations.book import HistogramBook
+from volcano_monitor.watchdog.state.rollups import UsageRecorder
+from volcano_monitor.watchdog.state.samples import PodInfo, UsageSample
 
 POSTGRES_ADMIN = os.environ.get("VOLCANO_BENCH_POSTGRES", "postgresql://postgres@127.0.0.1:5432/postgres")
 JOBS, PODS_PER_JOB, CONTAINERS = 250, 4, ("main", "sidecar")

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import re
 from typing import Any, NoReturn
 
 
@@ -72,3 +73,28 @@ def boolean(text: str | bool) -> bool:
     if value in ("false", "0", "no", "off", ""):
         return False
     raise argparse.ArgumentTypeError(f"expected true or false, got {text!r}")
+
+
+_DURATION = re.compile(r"^(?:(\d+(?:\.\d+)?)(ms|s|m|h|d|w))+$")
+_PART = re.compile(r"(\d+(?:\.\d+)?)(ms|s|m|h|d|w)")
+_UNIT_SECONDS = {"ms": 0.001, "s": 1, "m": 60, "h": 3600, "d": 86400, "w": 604800}
+
+
+def parse_duration(value: Any) -> float:
+    """Seconds from `30s` / `1h30m` / a number; ValueError naming the value otherwise."""
+    if isinstance(value, bool):
+        raise ValueError(f"not a duration: {value!r}")
+    if isinstance(value, int | float):
+        seconds = float(value)
+    elif isinstance(value, str) and _DURATION.match(value.strip()):
+        seconds = sum(float(n) * _UNIT_SECONDS[u] for n, u in _PART.findall(value.strip()))
+    elif isinstance(value, str):
+        try:
+            seconds = float(value)
+        except ValueError:
+            raise ValueError(f"not a duration (like 30s, 5m, 4h): {value!r}") from None
+    else:
+        raise ValueError(f"not a duration: {value!r}")
+    if seconds < 0 or seconds != seconds:
+        raise ValueError(f"duration must be >= 0: {value!r}")
+    return seconds

@@ -186,7 +186,7 @@ WATCHDOG_NOTE = (
 def watchdog_families() -> tuple[Family, ...]:
     """The watchdog's families. Imported here rather than at the top: the exporter package must not load
     the watchdog (SQLAlchemy, its models) when it is imported, only when the reference is rendered."""
-    from volcano_monitor.watchdog.metrics import FAMILIES
+    from volcano_monitor.watchdog.views.metrics import FAMILIES
 
     return FAMILIES
 

@@ -82,7 +82,7 @@ def main(argv: list[str] | None = None) -> int:
         prometheus = url(args.prometheus_port)
         config = stack.write_yaml("watchdog.yaml", demo_watchdog_config(
             chat_url + "/webhook/demo", watchdog_url, prometheus if with_prometheus else None))
-        stack.start_python("volcano-watchdog", "volcano_monitor.watchdog.cli", "--kubeconfig", str(kubeconfig),
+        stack.start_python("volcano-watchdog", "volcano_monitor.watchdog.runtime.cli", "--kubeconfig", str(kubeconfig),
                            "--database-url",
                            f"sqlite:///{workdir / 'watchdog.db'}", "--listen", f"127.0.0.1:{args.watchdog_port}",
                            "--config", str(config), ready_url=watchdog_url + "/readyz", timeout=90)

@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 
 import volcano_monitor.exporter.cli
-import volcano_monitor.watchdog.db.engine
+import volcano_monitor.watchdog.state.db.engine
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -36,7 +36,7 @@ def test_a_bare_watchdog_is_never_ours() -> None:
 
 def test_modules_come_from_the_repository_folders() -> None:
     assert Path(volcano_monitor.exporter.cli.__file__).resolve() == ROOT / "exporter" / "cli.py"
-    assert volcano_monitor.watchdog.db.engine.MIGRATIONS == ROOT / "watchdog" / "db" / "migrations"
+    assert volcano_monitor.watchdog.state.db.engine.MIGRATIONS == ROOT / "watchdog" / "db" / "migrations"
 
 
 @pytest.fixture(scope="module")
@@ -77,9 +77,9 @@ def test_the_wheel_installs_next_to_pypis_watchdog_and_both_import(wheel: Path, 
     (Path(site) / "borrowed.pth").write_text(sysconfig.get_paths()["purelib"] + "\n")
     subprocess.run([str(python), "-m", "pip", "install", "--quiet", "--no-deps", str(wheel), "watchdog"],
                    check=True)
-    probe = ("import watchdog.observers, watchdog.events, volcano_monitor.watchdog.cli, volcano_monitor.exporter.cli,"
+    probe = ("import watchdog.observers, watchdog.events, volcano_monitor.watchdog.runtime.cli, volcano_monitor.exporter.cli,"
              " volcano_monitor.dashboards.generate as d;"
-             " print(watchdog.observers.__file__); print(volcano_monitor.watchdog.cli.__file__);"
+             " print(watchdog.observers.__file__); print(volcano_monitor.watchdog.runtime.cli.__file__);"
              " print(len(d.rendered()))")
     env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
     done = subprocess.run([str(python), "-c", probe], check=True, capture_output=True, text=True, cwd=tmp_path,

@@ -15,9 +15,10 @@ send chat messages; the holder of the Lease is that one. Safety rests on three r
 A clean `stop()` releases the Lease (empty holder) so a successor takes over at its next poll; a crash
 leaves the Lease to expire. `AlwaysLeader` stands in when election is off (one replica).
 
-`request_json` is the small raw-JSON client the watchdog uses for its few writes (the Lease here, Queue
-patches and Events in watchdog.capability): the official client authenticates, but its generated
-models are not needed for these objects.
+It lives with the shared Kubernetes access (core/kube), as client-go's leaderelection package does: the
+watchdog's controllers and notification sender take a `Leadership` from here, and only the watchdog's
+runtime decides how it is configured (watchdog/runtime/settings.py `LeaderElection` satisfies
+`LeaseSettings`).
 """
 
 from __future__ import annotations
@@ -28,69 +29,32 @@ import socket
 import threading
 import time
 from collections.abc import Callable
-from datetime import UTC, datetime
 from typing import Any, Protocol
 
-import orjson
-import urllib3
 from kubernetes import client
 
 from volcano_monitor.core.kube.resources import LEASES
-from volcano_monitor.watchdog.notify.settings import LeaderElection
+from volcano_monitor.core.kube.rest import ApiUnavailable, micro_time, parse_time, request_json, to_object
 
 log = logging.getLogger(__name__)
 
-__all__ = ["AlwaysLeader", "ApiUnavailable", "LeaderElector", "Leadership", "make_leader", "request_json"]
+__all__ = ["AlwaysLeader", "LeaderElector", "Leadership", "LeaseSettings", "make_leader"]
 
-JSON = "application/json"
+class LeaseSettings(Protocol):
+    """What an elector needs to know (the watchdog's `leader_election` settings)."""
 
-
-class ApiUnavailable(Exception):
-    """The API server could not be reached or did not answer in time."""
-
-
-def request_json(api: client.ApiClient, method: str, path: str, body: Any = None, *,
-                 query: list[tuple[str, str]] | None = None, content_type: str = JSON,
-                 timeout: float = 10.0) -> tuple[int, Any]:
-    """One request with a JSON body; returns (HTTP status, decoded JSON body or None). Non-2xx statuses
-    are returned, not raised: the callers decide what 404 or 409 mean. Connection failures and timeouts
-    raise `ApiUnavailable`."""
-    headers = {"Accept": JSON}
-    if body is not None:
-        headers["Content-Type"] = content_type
-    try:
-        method_, url, headers_, body_, _ = api.param_serialize(
-            method, path, query_params=query or [], header_params=headers, body=body, auth_settings=["BearerToken"])
-        rest = api.call_api(method_, url, header_params=headers_, body=body_, _request_timeout=(timeout, timeout))
-        response: urllib3.BaseHTTPResponse = rest.response
-        data = response.data
-        response.release_conn()
-    except (urllib3.exceptions.HTTPError, OSError, client.ApiException, ValueError) as exc:
-        raise ApiUnavailable(f"{type(exc).__name__}: {exc}") from exc
-    try:
-        decoded = orjson.loads(data) if data else None
-    except orjson.JSONDecodeError:
-        decoded = None
-    return response.status, decoded
-
-
-def micro_time(epoch: float) -> str:
-    """A Kubernetes MicroTime (RFC 3339 with microseconds, UTC)."""
-    return datetime.fromtimestamp(epoch, UTC).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
-
-
-def _object(value: Any) -> dict[str, Any]:
-    return value if isinstance(value, dict) else {}
-
-
-def parse_time(value: Any) -> float | None:
-    if not isinstance(value, str) or not value:
-        return None
-    try:
-        parsed = datetime.fromisoformat(value.replace("Z", "+00:00"))
-    except ValueError:
-        return None
-    return (parsed if parsed.tzinfo else parsed.replace(tzinfo=UTC)).timestamp()
+    @property
+    def enabled(self) -> bool: ...
+    @property
+    def namespace(self) -> str: ...
+    @property
+    def lease_name(self) -> str: ...
+    @property
+    def identity(self) -> str | None: ...
+    @property
+    def lease_duration_seconds(self) -> float: ...
+    @property
+    def renew_interval_seconds(self) -> float: ...
 
 
 class Leadership(Protocol):
@@ -153,7 +117,7 @@ class AlwaysLeader:
 class LeaderElector:
     """Lease-based election on a thread: `start()`, then `is_leader()` any time from any thread."""
 
-    def __init__(self, api: client.ApiClient, settings: LeaderElection,
+    def __init__(self, api: client.ApiClient, settings: LeaseSettings,
                  clock: Callable[[], float] = time.time) -> None:
         self.api = api
         self.settings = settings
@@ -245,7 +209,7 @@ class LeaderElector:
         if status != 200 or not isinstance(lease, dict):
             self._note_error(f"reading Lease {self.namespace}/{self.name} answered HTTP {status}")
             return
-        spec = _object(lease.get("spec"))
+        spec = to_object(lease.get("spec"))
         holder = spec.get("holderIdentity") or ""
         record = (holder, spec.get("renewTime"))
         if record != self._observed:
@@ -280,7 +244,7 @@ class LeaderElector:
             self._note_error(f"creating Lease {self.namespace}/{self.name} answered HTTP {status}")
 
     def _write(self, lease: dict[str, Any], now: float, acquire: bool) -> None:
-        spec = _object(lease.get("spec"))
+        spec = to_object(lease.get("spec"))
         found = spec.get("leaseTransitions")
         transitions = found if isinstance(found, int) else 0
         if acquire:
@@ -333,7 +297,7 @@ class LeaderElector:
             status, lease = request_json(self.api, "GET", self._path(), timeout=self.request_timeout)
             if status != 200 or not isinstance(lease, dict):
                 return
-            spec = _object(lease.get("spec"))
+            spec = to_object(lease.get("spec"))
             if spec.get("holderIdentity") != self.identity:
                 return
             now = self.clock()
@@ -346,7 +310,7 @@ class LeaderElector:
             log.warning("leader election: could not release the Lease (%s); it expires by itself", exc)
 
 
-def make_leader(api: client.ApiClient | None, settings: LeaderElection,
+def make_leader(api: client.ApiClient | None, settings: LeaseSettings,
                 clock: Callable[[], float] = time.time) -> LeaderElector | AlwaysLeader:
     """The elector the settings ask for: a Lease elector, or `AlwaysLeader` when election is off."""
     if not settings.enabled or api is None:

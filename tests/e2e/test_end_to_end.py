@@ -104,7 +104,7 @@ def stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, Any]]:
                 # dry-run: plans and notices, no patches
                 "capability": {"enabled": True, "mode": "dry-run", "reconcile_interval_seconds": 2, "policies": {
                     "research": {"share": {"fraction": 0.5, "node_selector": {"nvidia.com/gpu.present": "true"}}}}}})
-            procs.start_python("watchdog", "volcano_monitor.watchdog.cli", "--kubeconfig", str(kubeconfig),
+            procs.start_python("watchdog", "volcano_monitor.watchdog.runtime.cli", "--kubeconfig", str(kubeconfig),
                                "--database-url",
                                f"sqlite:///{tmp / 'watchdog.db'}", "--listen", f"127.0.0.1:{ports['watchdog']}",
                                "--config", str(config), ready_url=f"{watchdog_url}/readyz")

@@ -17,7 +17,7 @@ from pathlib import Path
 import pytest
 
 from tests.exporter.test_cli import free_port
-from volcano_monitor.watchdog.tasks import ALERT_KINDS
+from volcano_monitor.watchdog.runtime.tasks import ALERT_KINDS
 
 KINDS = set(ALERT_KINDS)
 BUDGET_SECONDS = 300

@@ -14,7 +14,7 @@ import psycopg
 import pytest
 from sqlalchemy import Engine
 
-from volcano_monitor.watchdog.db.engine import make_engine, migrate
+from volcano_monitor.watchdog.state.db.engine import make_engine, migrate
 
 POSTGRES_ADMIN = os.environ.get("VOLCANO_TEST_POSTGRES", "postgresql://postgres@127.0.0.1:5432/postgres")
 

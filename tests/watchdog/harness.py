@@ -10,9 +10,9 @@ from sqlalchemy.orm import Session
 
 from tests.simtools import client_for
 from volcano_monitor.simulator.runtime import SimulatorThread
-from volcano_monitor.watchdog.app import Intervals, Watchdog
+from volcano_monitor.watchdog.runtime.app import Intervals, Watchdog
 from volcano_monitor.watchdog.config import Settings, load
-from volcano_monitor.watchdog.db.models import Alert, JobRun
+from volcano_monitor.watchdog.state.db.models import Alert, JobRun
 
 # Real seconds: the scenario runs compressed, so thresholds are tiny too.
 FAST_DETECTORS = {
@@ -48,7 +48,7 @@ def runs(engine: Engine) -> list[JobRun]:
 
 def kinds_by_workload(found: list[Alert]) -> dict[str, set[str]]:
     """Alert kinds per workload (job name without run suffix; queue name for queue alerts)."""
-    from volcano_monitor.watchdog.workload import workload_name
+    from volcano_monitor.watchdog.state.workload import workload_name
 
     out: dict[str, set[str]] = {}
     for alert in found:

@@ -21,7 +21,7 @@ from typing import Any
 from alembic import command
 from sqlalchemy import Engine, event
 
-from volcano_monitor.watchdog.db.engine import alembic_config, make_engine, migrate
+from volcano_monitor.watchdog.state.db.engine import alembic_config, make_engine, migrate
 
 GRACE_SECONDS = 1.0
 GIVE_UP_SECONDS = 30.0

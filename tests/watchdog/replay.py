@@ -19,9 +19,9 @@ from sqlalchemy.orm import Session
 from tests.recorded import Scenario
 from tests.watchdog.harness import FAST_DETECTORS, fast_settings
 from volcano_monitor.core.model import JOB_TERMINAL_PHASES, parse_job, parse_podgroup, parse_queue
-from volcano_monitor.watchdog.app import Watchdog
-from volcano_monitor.watchdog.db.models import Alert, JobRun
-from volcano_monitor.watchdog.events import about_podgroup
+from volcano_monitor.watchdog.runtime.app import Watchdog
+from volcano_monitor.watchdog.state.db.models import Alert, JobRun
+from volcano_monitor.watchdog.state.events import about_podgroup
 
 # Long enough that a gang placed within a few seconds (every healthy recording) raises nothing,
 # short enough that the stuck ones (25 s) and the capability wait (~15 s) fire.

@@ -88,7 +88,7 @@ def served(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Served]:
             "capability": {"enabled": True, "mode": "dry-run", "reconcile_interval_seconds": 2,
                            "policies": {"default": {"share": {"fraction": 0.5}}}}})
         try:
-            stack.start_python("watchdog", "volcano_monitor.watchdog.cli", "--kubeconfig", str(kubeconfig),
+            stack.start_python("watchdog", "volcano_monitor.watchdog.runtime.cli", "--kubeconfig", str(kubeconfig),
                                "--database-url", f"sqlite:///{database}", "--listen", f"127.0.0.1:{port}",
                                "--config", str(config), ready_url=f"{url}/readyz")
             with httpx.Client(base_url=url, timeout=5) as http:

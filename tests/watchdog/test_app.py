@@ -6,9 +6,9 @@ from pathlib import Path
 
 from tests.simtools import wait_for
 from tests.watchdog.test_crash import free_port
-from volcano_monitor.watchdog.app import Intervals, Watchdog
+from volcano_monitor.watchdog.runtime.app import Intervals, Watchdog
 from volcano_monitor.watchdog.config import load
-from volcano_monitor.watchdog.db.engine import make_engine
+from volcano_monitor.watchdog.state.db.engine import make_engine
 
 
 def test_prometheus_down_is_counted_and_collection_goes_on(tmp_path: Path) -> None:

@@ -25,23 +25,24 @@ from tests.watchdog.promhistory import PrometheusServer, create_blocks
 from volcano_monitor.core.kube.informer import ADDED
 from volcano_monitor.core.model import parse_pod
 from volcano_monitor.simulator.runtime import SimulatorThread
-from volcano_monitor.watchdog.app import Intervals, Watchdog
-from volcano_monitor.watchdog.config import ConfigError, Recommendations, Settings, load
-from volcano_monitor.watchdog.db.engine import make_engine, migrate
-from volcano_monitor.watchdog.db.models import WorkloadBackfill, WorkloadHistogram
-from volcano_monitor.watchdog.leader import LeaderElector
-from volcano_monitor.watchdog.notify.settings import LeaderElection
-from volcano_monitor.watchdog.recommend import HistogramBook, compute_recommendations
-from volcano_monitor.watchdog.usage.backfill import BackfillBatch, Backfiller
-from volcano_monitor.watchdog.usage.backfill_queries import (
+from volcano_monitor.watchdog.runtime.app import Intervals, Watchdog
+from volcano_monitor.watchdog.config import ConfigError, Settings, load
+from volcano_monitor.watchdog.findings.recommendations.settings import Recommendations
+from volcano_monitor.watchdog.state.db.engine import make_engine, migrate
+from volcano_monitor.watchdog.state.db.models import WorkloadBackfill, WorkloadHistogram
+from volcano_monitor.core.kube.leaderelection import LeaderElector
+from volcano_monitor.watchdog.runtime.settings import LeaderElection
+from volcano_monitor.watchdog.findings.recommendations.book import HistogramBook, compute_recommendations
+from volcano_monitor.watchdog.findings.recommendations.backfill import BackfillBatch, Backfiller
+from volcano_monitor.watchdog.findings.recommendations.backfill_queries import (
     Attributor,
     Workload,
     batch_selector,
     cpu_range_query,
     pod_pattern,
 )
-from volcano_monitor.watchdog.usage.recorder import UsageRecorder
-from volcano_monitor.watchdog.usage.samples import PodInfo, UsageSample
+from volcano_monitor.watchdog.state.rollups import UsageRecorder
+from volcano_monitor.watchdog.state.samples import PodInfo, UsageSample
 
 DAY = 86400
 BLOCK = 300  # CPU usage is constant within each 5-minute block (the back-fill's step)

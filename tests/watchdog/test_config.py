@@ -4,7 +4,7 @@ from pathlib import Path
 
 import pytest
 
-from volcano_monitor.watchdog import configdoc
+from volcano_monitor.watchdog.runtime import configdoc
 from volcano_monitor.watchdog.config import ConfigError, load
 
 DOC = Path(__file__).resolve().parents[2] / "docs" / "configuration.md"
@@ -72,6 +72,6 @@ def test_secrets_do_not_show(tmp_path: Path) -> None:
 def test_configuration_doc_is_current() -> None:
     assert DOC.read_text() == configdoc.render(), (
         "docs/configuration.md is stale: run "
-        "`.venv/bin/python -m volcano_monitor.watchdog.configdoc > docs/configuration.md`")
+        "`.venv/bin/python -m volcano_monitor.watchdog.runtime.configdoc > docs/configuration.md`")
     for key in ("detectors.gang_unschedulable_seconds", "recommendations.oom_bump_ratio", "retention.usage_days"):
         assert f"`{key}`" in DOC.read_text()

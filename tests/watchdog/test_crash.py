@@ -22,14 +22,14 @@ from tests.simtools import wait_for
 from tests.watchdog.conftest import POSTGRES_ADMIN
 from tests.watchdog.harness import FAST_DETECTORS, alerts, fast_settings, kinds_by_workload, runs, start_watchdog
 from volcano_monitor.simulator.runtime import SimulatorThread, write_kubeconfig
-from volcano_monitor.watchdog.db.engine import make_engine
+from volcano_monitor.watchdog.state.db.engine import make_engine
 
 SPEED = 600
 
 
 def start_cli(kubeconfig: Path, database_url: str, config: Path, log: Path) -> subprocess.Popen[bytes]:
     return subprocess.Popen(
-        [sys.executable, "-m", "volcano_monitor.watchdog.cli", "--kubeconfig", str(kubeconfig), "--database-url",
+        [sys.executable, "-m", "volcano_monitor.watchdog.runtime.cli", "--kubeconfig", str(kubeconfig), "--database-url",
          database_url,
          "--listen", f"127.0.0.1:{free_port()}", "--config", str(config)],
         stdout=log.open("ab"), stderr=subprocess.STDOUT, env={**os.environ, "PYTHONUNBUFFERED": "1"},

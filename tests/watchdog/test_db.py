@@ -14,8 +14,8 @@ from sqlalchemy import Engine, create_engine, inspect
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Session
 
-from volcano_monitor.watchdog.db.engine import alembic_config, make_engine, migrate
-from volcano_monitor.watchdog.db.models import Alert, Base, JobRun
+from volcano_monitor.watchdog.state.db.engine import alembic_config, make_engine, migrate
+from volcano_monitor.watchdog.state.db.models import Alert, Base, JobRun
 
 
 def test_migrations_create_the_models_schema_exactly(engine: Engine) -> None:
@@ -69,7 +69,7 @@ def test_migrate_command(database_url: str) -> None:
     import subprocess
     import sys
 
-    result = subprocess.run([sys.executable, "-m", "volcano_monitor.watchdog.cli", "--database-url", database_url,
+    result = subprocess.run([sys.executable, "-m", "volcano_monitor.watchdog.runtime.cli", "--database-url", database_url,
                              "migrate"],
                             capture_output=True, text=True, timeout=60)
     assert result.returncode == 0, result.stderr
@@ -84,7 +84,7 @@ def test_migrate_command_reports_an_unreachable_database() -> None:
     import subprocess
     import sys
 
-    result = subprocess.run([sys.executable, "-m", "volcano_monitor.watchdog.cli", "--database-url",
+    result = subprocess.run([sys.executable, "-m", "volcano_monitor.watchdog.runtime.cli", "--database-url",
                              "postgresql+psycopg://nobody:secret@127.0.0.1:1/x", "migrate"],
                             capture_output=True, text=True, timeout=60)
     assert result.returncode == 1 and "Connection refused" in result.stderr

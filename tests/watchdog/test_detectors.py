@@ -14,10 +14,10 @@ from sqlalchemy import Engine, event, update
 from sqlalchemy.orm import Session
 
 from volcano_monitor.core.model import parse_job, parse_pod, parse_podgroup, parse_queue
-from volcano_monitor.watchdog.alerts import AlertBook
-from volcano_monitor.watchdog.config import Detectors
-from volcano_monitor.watchdog.db.models import JobRun, UsageRollup
-from volcano_monitor.watchdog.detectors import (
+from volcano_monitor.watchdog.state.alerts import AlertBook
+from volcano_monitor.watchdog.findings.detectors.settings import Detectors
+from volcano_monitor.watchdog.state.db.models import JobRun, UsageRollup
+from volcano_monitor.watchdog.findings.detectors import (
     FailureDetector,
     GangDetector,
     QueueDetector,

@@ -9,8 +9,8 @@ from typing import Any
 
 from tests.watchdog.test_detectors import SETTINGS, T0, Obj, condition, job, podgroup, queue, ts
 from volcano_monitor.core.model import parse_job, parse_podgroup, parse_queue
-from volcano_monitor.watchdog.detectors import GangDetector, QueueDetector
-from volcano_monitor.watchdog.events import SchedulerNotes, about_podgroup, parse_event
+from volcano_monitor.watchdog.findings.detectors import GangDetector, QueueDetector
+from volcano_monitor.watchdog.state.events import SchedulerNotes, about_podgroup, parse_event
 
 GROUP = "train-abcd-job-uid-1"
 
@@ -156,8 +156,8 @@ def test_the_watchdog_reads_podgroup_events_but_is_ready_without_them(tmp_path: 
 
     from tests.watchdog.harness import fast_settings
     from volcano_monitor.core.kube.resources import EVENTS
-    from volcano_monitor.watchdog.app import Watchdog
-    from volcano_monitor.watchdog.db.engine import make_engine
+    from volcano_monitor.watchdog.runtime.app import Watchdog
+    from volcano_monitor.watchdog.state.db.engine import make_engine
 
     url = f"sqlite:///{tmp_path / 'w.db'}"
     engine = make_engine(url)

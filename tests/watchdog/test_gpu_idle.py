@@ -26,15 +26,15 @@ from volcano_monitor.simulator.resources import COMMANDS, JOBS
 from volcano_monitor.simulator.runtime import SimulatorThread
 from volcano_monitor.simulator.store import WatchEvent
 from volcano_monitor.watchdog.config import ConfigError, load
-from volcano_monitor.watchdog.db.engine import make_engine
-from volcano_monitor.watchdog.db.models import GpuIdleAbortRow
-from volcano_monitor.watchdog.detectors.gpuidle import GPU_IDLE, GPU_NO_DATA
-from volcano_monitor.watchdog.gpuidle.abort import CREATED, GpuIdleAborter
-from volcano_monitor.watchdog.gpuidle.metrics import render_gpu_idle_metrics
-from volcano_monitor.watchdog.gpuidle.settings import GpuIdleSettings
-from volcano_monitor.watchdog.gpuidle.tracker import BUSY, IDLE, NO_GPU_DATA, GpuIdleTracker, JobGpu
-from volcano_monitor.watchdog.leader import AlwaysLeader
-from volcano_monitor.watchdog.usage.samples import PodInfo, UsageSample
+from volcano_monitor.watchdog.state.db.engine import make_engine
+from volcano_monitor.watchdog.state.db.models import GpuIdleAbortRow
+from volcano_monitor.watchdog.findings.detectors.gpuidle import GPU_IDLE, GPU_NO_DATA
+from volcano_monitor.watchdog.actions.gpu_idle.abort import CREATED, GpuIdleAborter
+from volcano_monitor.watchdog.actions.gpu_idle.metrics import render_gpu_idle_metrics
+from volcano_monitor.watchdog.actions.gpu_idle.settings import GpuIdleSettings
+from volcano_monitor.watchdog.state.gpu_idle import BUSY, IDLE, NO_GPU_DATA, GpuIdleTracker, JobGpu
+from volcano_monitor.core.kube.leaderelection import AlwaysLeader
+from volcano_monitor.watchdog.state.samples import PodInfo, UsageSample
 
 BUDGET = 60.0
 SCRAPE_BOTH = ("    honor_labels: true\n    metric_relabel_configs:\n      - source_labels: [__name__]\n"
@@ -217,7 +217,7 @@ def test_api_pages_within_what_the_database_can_count(engine: Engine) -> None:
     from fastapi import FastAPI
     from fastapi.testclient import TestClient
 
-    from volcano_monitor.watchdog.gpuidle.api import gpu_idle_router
+    from volcano_monitor.watchdog.actions.gpu_idle.api import gpu_idle_router
 
     app = FastAPI()
     app.include_router(gpu_idle_router(engine, GpuIdleSettings(), list, lambda: True))

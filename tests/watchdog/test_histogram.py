@@ -8,7 +8,7 @@ from typing import Any
 
 import pytest
 
-from volcano_monitor.watchdog.histogram import (
+from volcano_monitor.watchdog.state.histogram import (
     CPU_FIRST_BUCKET,
     CPU_MAX,
     MAX_EXPONENT,
@@ -135,7 +135,7 @@ GOOD = {"v": 1, "first": 0.01, "ratio": 1.05, "ref": T0, "i": [3, 10], "w": [1.0
 def test_garbage_gives_an_empty_histogram_and_a_log_line(garbage: Any, caplog: pytest.LogCaptureFixture) -> None:
     with pytest.raises(ValueError):
         DecayingHistogram.decode(garbage, CPU_FIRST_BUCKET, RATIO, CPU_MAX, DAY)
-    with caplog.at_level(logging.WARNING, logger="volcano_monitor.watchdog.histogram"):
+    with caplog.at_level(logging.WARNING, logger="volcano_monitor.watchdog.state.histogram"):
         h = DecayingHistogram.from_dict(garbage, CPU_FIRST_BUCKET, RATIO, CPU_MAX, DAY)
     assert h.is_empty() and h.percentile(0.9) == 0
     assert "malformed" in caplog.text

@@ -11,9 +11,9 @@ from sqlalchemy import Engine, column, func, select, table, update
 from sqlalchemy.orm import Session
 
 from volcano_monitor.core.model import Job, PodGroup, parse_job, parse_podgroup
-from volcano_monitor.watchdog.config import Retention
-from volcano_monitor.watchdog.db.models import Alert, JobRun, UsageRollup
-from volcano_monitor.watchdog.ledger import Ledger, efficiency, enforce_retention
+from volcano_monitor.watchdog.runtime.settings import Retention
+from volcano_monitor.watchdog.state.db.models import Alert, JobRun, UsageRollup
+from volcano_monitor.watchdog.state.ledger import Ledger, efficiency, enforce_retention
 
 NOW = datetime(2024, 5, 1, 12, 0, tzinfo=UTC)
 
@@ -235,7 +235,7 @@ def test_pod_counts_survive_a_final_status_without_them(engine: Engine) -> None:
 
 def test_migration_0005_moves_deletion_times_out_of_finished_at(database_url: str) -> None:
     """Rows the old ledger finished at their deletion get deleted_at instead; real finishes stay."""
-    from volcano_monitor.watchdog.db.engine import make_engine, migrate
+    from volcano_monitor.watchdog.state.db.engine import make_engine, migrate
 
     names = ("uid", "kind", "namespace", "name", "workload", "queue", "phase", "reason", "message", "retry_count",
              "requested_cpu_cores", "requested_memory_bytes", "requested_gpus", "cpu_core_seconds_requested",

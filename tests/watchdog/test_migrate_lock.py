@@ -23,7 +23,7 @@ from alembic.script import ScriptDirectory
 from sqlalchemy import inspect, text
 
 from tests.watchdog.conftest import POSTGRES_ADMIN
-from volcano_monitor.watchdog.db.engine import alembic_config, make_engine
+from volcano_monitor.watchdog.state.db.engine import alembic_config, make_engine
 
 
 @pytest.fixture(params=["sqlite", "postgresql"])
@@ -92,7 +92,7 @@ def test_without_the_lock_the_race_is_real(fresh_url: str, tmp_path: Path) -> No
 
 def test_two_migrate_commands_started_together(fresh_url: str) -> None:
     """What two replicas' init containers do: `volcano-watchdog migrate` twice at once."""
-    argv = [sys.executable, "-m", "volcano_monitor.watchdog.cli", "--database-url", fresh_url, "migrate"]
+    argv = [sys.executable, "-m", "volcano_monitor.watchdog.runtime.cli", "--database-url", fresh_url, "migrate"]
     processes = [subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
                  for _ in range(2)]
     results = [(p.wait(120), *p.communicate()) for p in processes]

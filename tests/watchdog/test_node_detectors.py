@@ -18,24 +18,24 @@ from tests.simtools import client_for, wait_for
 from tests.watchdog.harness import FAST_DETECTORS, alerts, fast_settings, start_watchdog
 from volcano_monitor.core.model import parse_job, parse_node, parse_pod
 from volcano_monitor.simulator.runtime import SimulatorThread
-from volcano_monitor.watchdog.alerts import AlertBook
-from volcano_monitor.watchdog.app import Intervals, Watchdog
-from volcano_monitor.watchdog.cluster import ClusterIndex
+from volcano_monitor.watchdog.state.alerts import AlertBook
+from volcano_monitor.watchdog.runtime.app import Intervals, Watchdog
+from volcano_monitor.watchdog.state.cluster import ClusterIndex
 from volcano_monitor.watchdog.config import ConfigError, load
-from volcano_monitor.watchdog.db.models import Alert
-from volcano_monitor.watchdog.detectors.base import GPU_STRANDED, NODE_HOT
-from volcano_monitor.watchdog.detectors.hot import NodeHotDetector
-from volcano_monitor.watchdog.detectors.stranded import (
+from volcano_monitor.watchdog.state.db.models import Alert
+from volcano_monitor.watchdog.state.signals import GPU_STRANDED, NODE_HOT
+from volcano_monitor.watchdog.findings.detectors.hot import NodeHotDetector
+from volcano_monitor.watchdog.findings.detectors.stranded import (
     GpuStrandedDetector,
     node_load,
     render_stranded_metrics,
     stranded_gpus,
 )
-from volcano_monitor.watchdog.node_settings import GpuStrandedSettings, NodeHotSettings
-from volcano_monitor.watchdog.nodes import NodePodCache, NodeTable, NodeUsage, pods_by_node
-from volcano_monitor.watchdog.notify.describe import reasons
-from volcano_monitor.watchdog.usage.node_metrics import NodeMetricsCollector, parse_node_metrics
-from volcano_monitor.watchdog.usage.samples import UsageSample
+from volcano_monitor.watchdog.findings.detectors.settings import GpuStrandedSettings, NodeHotSettings
+from volcano_monitor.watchdog.state.nodes import NodePodCache, NodeTable, NodeUsage, pods_by_node
+from volcano_monitor.watchdog.actions.notify.describe import reasons
+from volcano_monitor.watchdog.sources.node_metrics import NodeMetricsCollector, parse_node_metrics
+from volcano_monitor.watchdog.state.samples import UsageSample
 
 GI = 2**30
 
@@ -191,7 +191,7 @@ def test_the_alert_message_names_the_pods() -> None:
 
 
 def _episode() -> Any:
-    from volcano_monitor.watchdog.detectors.stranded import _Episode
+    from volcano_monitor.watchdog.findings.detectors.stranded import _Episode
     return _Episode(0.0, 0.0, 0.0)
 
 

@@ -13,10 +13,10 @@ from sqlalchemy import Engine, func, select, text, update
 from sqlalchemy.orm import Session
 
 from volcano_monitor.core.quantity import parse_quantity
-from volcano_monitor.watchdog.config import Recommendations
-from volcano_monitor.watchdog.db.models import WorkloadHistogram
-from volcano_monitor.watchdog.histogram import RATIO
-from volcano_monitor.watchdog.recommend import (
+from volcano_monitor.watchdog.findings.recommendations.settings import Recommendations
+from volcano_monitor.watchdog.state.db.models import WorkloadHistogram
+from volcano_monitor.watchdog.state.histogram import RATIO
+from volcano_monitor.watchdog.findings.recommendations.book import (
     ContainerSpec,
     HistogramBook,
     Recommendation,
@@ -315,7 +315,7 @@ def recommend_cli(database_url: str, *args: str) -> str:
     import subprocess
     import sys
 
-    result = subprocess.run([sys.executable, "-m", "volcano_monitor.watchdog.cli", "--database-url", database_url,
+    result = subprocess.run([sys.executable, "-m", "volcano_monitor.watchdog.runtime.cli", "--database-url", database_url,
                              "recommend", *args], capture_output=True, text=True, timeout=60)
     assert result.returncode == 0, result.stderr
     return result.stdout
@@ -325,7 +325,7 @@ def test_recommend_command_prints_what_the_database_holds(database_url: str) -> 
     """`volcano-watchdog recommend` as a user runs it, on both databases: table, csv, json, yaml, namespace
     filter. The must-show pair: an hour of history gets no patch (and a ratio-kept limit in the numbers,
     never the upper bound), a week gets a patch whose limit/request ratio is the container's own."""
-    from volcano_monitor.watchdog.db.engine import make_engine, migrate
+    from volcano_monitor.watchdog.state.db.engine import make_engine, migrate
 
     engine = make_engine(database_url)
     migrate(engine)
@@ -376,10 +376,10 @@ def test_recommend_creates_no_database_and_names_the_one_it_read(tmp_path: Path,
     import subprocess
     import sys
 
-    from volcano_monitor.watchdog.db.engine import make_engine, migrate
+    from volcano_monitor.watchdog.state.db.engine import make_engine, migrate
 
     def run(url: str) -> subprocess.CompletedProcess[str]:
-        return subprocess.run([sys.executable, "-m", "volcano_monitor.watchdog.cli", "--database-url", url,
+        return subprocess.run([sys.executable, "-m", "volcano_monitor.watchdog.runtime.cli", "--database-url", url,
                                "recommend"],
                               capture_output=True, text=True, timeout=60, cwd=tmp_path)
 

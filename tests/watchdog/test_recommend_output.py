@@ -16,8 +16,8 @@ import yaml
 from tests.crdschema import schema_errors
 from tests.exporter import objects
 from volcano_monitor.core.quantity import parse_quantity
-from volcano_monitor.watchdog.recommend_output import format_cpu, format_memory, render
-from volcano_monitor.watchdog.recommend_policy import NOT_ENOUGH_HISTORY, Recommendation
+from volcano_monitor.watchdog.findings.recommendations.output import format_cpu, format_memory, render
+from volcano_monitor.watchdog.findings.recommendations.policy import NOT_ENOUGH_HISTORY, Recommendation
 
 GiB, MiB = 2**30, 2**20
 T0 = datetime(2024, 5, 1, tzinfo=UTC)

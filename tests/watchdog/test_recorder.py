@@ -10,9 +10,9 @@ import pytest
 from sqlalchemy import Engine, func, select
 from sqlalchemy.orm import Session
 
-from volcano_monitor.watchdog.db.models import JobRun, UsageRollup
-from volcano_monitor.watchdog.usage.recorder import UsageRecorder
-from volcano_monitor.watchdog.usage.samples import PodInfo, UsageSample
+from volcano_monitor.watchdog.state.db.models import JobRun, UsageRollup
+from volcano_monitor.watchdog.state.rollups import UsageRecorder
+from volcano_monitor.watchdog.state.samples import PodInfo, UsageSample
 
 T0 = 1_699_999_800.0  # a multiple of 300: buckets start at T0
 GIB = 2.0**30

@@ -38,8 +38,8 @@ from tests.watchdog.harness import FAST_DETECTORS, alerts, runs
 from volcano_monitor.simulator.chatinbox import ChatInbox
 from volcano_monitor.simulator.resources import LEASES
 from volcano_monitor.simulator.runtime import SimulatorThread, write_kubeconfig
-from volcano_monitor.watchdog.app import Intervals
-from volcano_monitor.watchdog.db.engine import make_engine
+from volcano_monitor.watchdog.runtime.app import Intervals
+from volcano_monitor.watchdog.state.db.engine import make_engine
 
 SPEED = 150
 LEASE_SECONDS = 3.0
@@ -86,7 +86,7 @@ def config(path: Path, inbox: ChatInbox, identity: str | None) -> Path:
 def start(kubeconfig: Path, database_url: str, config_path: Path, log: Path) -> tuple[subprocess.Popen[bytes], int]:
     port = free_port()
     process = subprocess.Popen(
-        [sys.executable, "-m", "volcano_monitor.watchdog.cli", "--kubeconfig", str(kubeconfig), "--database-url",
+        [sys.executable, "-m", "volcano_monitor.watchdog.runtime.cli", "--kubeconfig", str(kubeconfig), "--database-url",
          database_url,
          "--listen", f"127.0.0.1:{port}", "--config", str(config_path)],
         stdout=log.open("ab"), stderr=subprocess.STDOUT, env={**os.environ, "PYTHONUNBUFFERED": "1"})

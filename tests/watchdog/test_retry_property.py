@@ -26,10 +26,10 @@ from tests.recorded import load
 from tests.watchdog.harness import fast_settings
 from tests.watchdog.test_detectors import T0, oom, pod
 from volcano_monitor.core.model import parse_job, parse_podgroup, parse_queue
-from volcano_monitor.watchdog.app import Watchdog
-from volcano_monitor.watchdog.db.engine import make_engine, migrate
-from volcano_monitor.watchdog.db.models import Alert
-from volcano_monitor.watchdog.events import about_podgroup
+from volcano_monitor.watchdog.runtime.app import Watchdog
+from volcano_monitor.watchdog.state.db.engine import make_engine, migrate
+from volcano_monitor.watchdog.state.db.models import Alert
+from volcano_monitor.watchdog.state.events import about_podgroup
 
 CRASH_LOOP = "synthetic: a container OOM-killed, running again, killed again"
 SCENARIOS = (CRASH_LOOP, "pod-oomkilled-job-fails", "pod-oomkilled-gang2-restart-stuck", "pod-rejected-outofcpu",

@@ -14,9 +14,9 @@ from sqlalchemy import Engine
 from tests.simtools import wait_for
 from tests.watchdog.harness import FAST_DETECTORS, alerts, fast_settings, kinds_by_workload, runs, start_watchdog
 from volcano_monitor.simulator.runtime import SimulatorThread
-from volcano_monitor.watchdog.app import Watchdog
-from volcano_monitor.watchdog.db.engine import make_engine
-from volcano_monitor.watchdog.db.models import JobRun
+from volcano_monitor.watchdog.runtime.app import Watchdog
+from volcano_monitor.watchdog.state.db.engine import make_engine
+from volcano_monitor.watchdog.state.db.models import JobRun
 
 # Scenario seconds per real second: hp-search starts waiting at ~21600 s (18 s real).
 SPEED = 1200

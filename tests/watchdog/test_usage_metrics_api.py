@@ -16,8 +16,8 @@ from tests.simtools import client_for
 from volcano_monitor.core.kube.config import api_client
 from volcano_monitor.simulator.resources import POD_METRICS
 from volcano_monitor.simulator.runtime import SimulatorThread, write_kubeconfig
-from volcano_monitor.watchdog.usage.metrics_api import MetricsApiCollector, go_duration
-from volcano_monitor.watchdog.usage.samples import UsageSample
+from volcano_monitor.watchdog.sources.metrics_api import MetricsApiCollector, go_duration
+from volcano_monitor.watchdog.state.samples import UsageSample
 
 TS = "2024-05-01T10:00:30Z"
 TS_EPOCH = 1714557630.0

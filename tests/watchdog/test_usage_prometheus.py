@@ -14,8 +14,8 @@ from typing import Any
 import orjson
 import pytest
 
-from volcano_monitor.watchdog.config import PrometheusSource
-from volcano_monitor.watchdog.usage.prometheus import (
+from volcano_monitor.watchdog.sources.settings import PrometheusSource
+from volcano_monitor.watchdog.sources.prometheus import (
     EXPORTED_STYLE,
     REDETECT_ROUNDS,
     PrometheusCollector,
@@ -24,7 +24,7 @@ from volcano_monitor.watchdog.usage.prometheus import (
     regex_literal,
     style_query,
 )
-from volcano_monitor.watchdog.usage.samples import UsageSample
+from volcano_monitor.watchdog.state.samples import UsageSample
 
 NOW = 1714557600.0
 Answer = Callable[[str], tuple[int, bytes]]

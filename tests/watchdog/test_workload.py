@@ -1,6 +1,6 @@
 import pytest
 
-from volcano_monitor.watchdog.workload import workload_name
+from volcano_monitor.watchdog.state.workload import workload_name
 
 
 @pytest.mark.parametrize(("job", "workload"), [

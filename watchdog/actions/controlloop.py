@@ -14,8 +14,8 @@ from kubernetes import client
 
 from volcano_monitor.core.backoff import Backoff
 from volcano_monitor.core.kube.informer import Informer
+from volcano_monitor.core.kube.leaderelection import Leadership
 from volcano_monitor.core.kube.resources import ResourceKind
-from volcano_monitor.watchdog.leader import Leadership
 
 log = logging.getLogger(__name__)
 

@@ -15,7 +15,7 @@ from fastapi import APIRouter, HTTPException, Path
 from pydantic import BaseModel
 
 from volcano_monitor.core.pending import REASONS
-from volcano_monitor.watchdog.cluster import WhyPending
+from volcano_monitor.watchdog.state.cluster import WhyPending
 
 Explain = Callable[[str], WhyPending | None]  # ClusterIndex.why
 

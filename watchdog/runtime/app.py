@@ -27,34 +27,34 @@ from sqlalchemy.exc import SQLAlchemyError
 from sqlalchemy.orm import Session
 
 from volcano_monitor.core.kube.informer import Informer
+from volcano_monitor.core.kube.leaderelection import AlwaysLeader
 from volcano_monitor.core.model import Pod
-from volcano_monitor.watchdog import feeds
-from volcano_monitor.watchdog.alerts import AlertBook, Transition
-from volcano_monitor.watchdog.capability.store import CapabilityChange
-from volcano_monitor.watchdog.cluster import ClusterIndex
+from volcano_monitor.watchdog.actions.capability.store import CapabilityChange
+from volcano_monitor.watchdog.actions.notify.outbox import Outbox
+from volcano_monitor.watchdog.actions.notify.sender import Leader, Notifier
 from volcano_monitor.watchdog.config import Settings
-from volcano_monitor.watchdog.db.engine import describe_error, migrate
-from volcano_monitor.watchdog.detectors.failure import FailureDetector
-from volcano_monitor.watchdog.detectors.gang import GangDetector
-from volcano_monitor.watchdog.detectors.gpuidle import GpuIdleDetector
-from volcano_monitor.watchdog.detectors.hot import NodeHotDetector
-from volcano_monitor.watchdog.detectors.queue import QueueDetector
-from volcano_monitor.watchdog.detectors.stranded import GpuStrandedDetector
-from volcano_monitor.watchdog.detectors.waste import WasteDetector
-from volcano_monitor.watchdog.events import SchedulerNotes
-from volcano_monitor.watchdog.gpuidle.tracker import GpuIdleTracker
-from volcano_monitor.watchdog.leader import AlwaysLeader
-from volcano_monitor.watchdog.ledger import Ledger
-from volcano_monitor.watchdog.nodes import NodeTable
-from volcano_monitor.watchdog.notify.outbox import Outbox
-from volcano_monitor.watchdog.notify.sender import Leader, Notifier
-from volcano_monitor.watchdog.observe import BACKFILL, Observer
-from volcano_monitor.watchdog.recommend import HistogramBook
-from volcano_monitor.watchdog.tasks import DetectorSet, Tasks, WorkerStats, backfill_loop, retention_loop
-from volcano_monitor.watchdog.usage.backfill import Backfiller, live_workloads
-from volcano_monitor.watchdog.usage.node_metrics import NodeMetricsCollector
-from volcano_monitor.watchdog.usage.recorder import UsageRecorder
-from volcano_monitor.watchdog.writer import Intervals, Item, Writer
+from volcano_monitor.watchdog.findings.detectors.failure import FailureDetector
+from volcano_monitor.watchdog.findings.detectors.gang import GangDetector
+from volcano_monitor.watchdog.findings.detectors.gpuidle import GpuIdleDetector
+from volcano_monitor.watchdog.findings.detectors.hot import NodeHotDetector
+from volcano_monitor.watchdog.findings.detectors.queue import QueueDetector
+from volcano_monitor.watchdog.findings.detectors.stranded import GpuStrandedDetector
+from volcano_monitor.watchdog.findings.detectors.waste import WasteDetector
+from volcano_monitor.watchdog.findings.recommendations.backfill import Backfiller, live_workloads
+from volcano_monitor.watchdog.findings.recommendations.book import HistogramBook
+from volcano_monitor.watchdog.runtime.observe import BACKFILL, Observer
+from volcano_monitor.watchdog.runtime.tasks import DetectorSet, Tasks, WorkerStats, backfill_loop, retention_loop
+from volcano_monitor.watchdog.runtime.writer import Intervals, Item, Writer
+from volcano_monitor.watchdog.sources import feeds
+from volcano_monitor.watchdog.sources.node_metrics import NodeMetricsCollector
+from volcano_monitor.watchdog.state.alerts import AlertBook, Transition
+from volcano_monitor.watchdog.state.cluster import ClusterIndex
+from volcano_monitor.watchdog.state.db.engine import describe_error, migrate
+from volcano_monitor.watchdog.state.events import SchedulerNotes
+from volcano_monitor.watchdog.state.gpu_idle import GpuIdleTracker
+from volcano_monitor.watchdog.state.ledger import Ledger
+from volcano_monitor.watchdog.state.nodes import NodeTable
+from volcano_monitor.watchdog.state.rollups import UsageRecorder
 
 __all__ = ["Intervals", "Watchdog"]
 

@@ -18,7 +18,9 @@ from sqlalchemy.orm import Session
 from volcano_monitor.core.flags import Parser, env_flag, host_port, log_level_flag
 from volcano_monitor.core.kube.config import ClusterConfigError, load_configuration
 from volcano_monitor.watchdog.config import ConfigError, Settings, load
-from volcano_monitor.watchdog.db.engine import (
+from volcano_monitor.watchdog.findings.recommendations.book import compute_recommendations, render
+from volcano_monitor.watchdog.findings.recommendations.output import OUTPUTS
+from volcano_monitor.watchdog.state.db.engine import (
     NotReadable,
     check_readable,
     describe_error,
@@ -26,8 +28,6 @@ from volcano_monitor.watchdog.db.engine import (
     make_engine,
     migrate,
 )
-from volcano_monitor.watchdog.recommend import compute_recommendations, render
-from volcano_monitor.watchdog.recommend_output import OUTPUTS
 
 log = logging.getLogger("volcano-watchdog")
 
@@ -102,8 +102,8 @@ def read_only(settings: Settings, what: str, read: Callable[[Session], str]) -> 
 
 def run_report(settings: Settings, args: argparse.Namespace) -> int:
     """Read-only like `recommend`: never creates or migrates the database it reads, and names it."""
-    from volcano_monitor.watchdog.report.compute import compute_report, parse_moment
-    from volcano_monitor.watchdog.report.render import render as render_report
+    from volcano_monitor.watchdog.views.report.compute import compute_report, parse_moment
+    from volcano_monitor.watchdog.views.report.render import render as render_report
 
     now = datetime.now(UTC)
     try:
@@ -131,20 +131,20 @@ def run_watchdog(settings: Settings) -> int:
 
     from volcano_monitor.core import memory
     from volcano_monitor.core.kube.config import api_client
-    from volcano_monitor.watchdog.api import CollectorHealth, Health, QueueView, create_app
-    from volcano_monitor.watchdog.app import Watchdog
-    from volcano_monitor.watchdog.capability.api import capability_router
-    from volcano_monitor.watchdog.capability.controller import CapabilityController
-    from volcano_monitor.watchdog.capability.metrics import render_capability_metrics
-    from volcano_monitor.watchdog.detectors.stranded import render_stranded_metrics
-    from volcano_monitor.watchdog.gpuidle.abort import GpuIdleAborter
-    from volcano_monitor.watchdog.gpuidle.api import gpu_idle_router
-    from volcano_monitor.watchdog.gpuidle.metrics import render_gpu_idle_metrics
-    from volcano_monitor.watchdog.leader import make_leader
-    from volcano_monitor.watchdog.oomscale.api import oom_router, outbox_notice, render_oom_metrics
-    from volcano_monitor.watchdog.oomscale.controller import OomScaleUpController
-    from volcano_monitor.watchdog.report.digest import DigestScheduler
-    from volcano_monitor.watchdog.why import why_router
+    from volcano_monitor.core.kube.leaderelection import make_leader
+    from volcano_monitor.watchdog.actions.capability.api import capability_router
+    from volcano_monitor.watchdog.actions.capability.controller import CapabilityController
+    from volcano_monitor.watchdog.actions.capability.metrics import render_capability_metrics
+    from volcano_monitor.watchdog.actions.gpu_idle.abort import GpuIdleAborter
+    from volcano_monitor.watchdog.actions.gpu_idle.api import gpu_idle_router
+    from volcano_monitor.watchdog.actions.gpu_idle.metrics import render_gpu_idle_metrics
+    from volcano_monitor.watchdog.actions.oomscale.api import oom_router, outbox_notice, render_oom_metrics
+    from volcano_monitor.watchdog.actions.oomscale.controller import OomScaleUpController
+    from volcano_monitor.watchdog.findings.detectors.stranded import render_stranded_metrics
+    from volcano_monitor.watchdog.findings.why import why_router
+    from volcano_monitor.watchdog.runtime.app import Watchdog
+    from volcano_monitor.watchdog.views.api import CollectorHealth, Health, QueueView, create_app
+    from volcano_monitor.watchdog.views.report.digest import DigestScheduler
 
     memory.tune_allocator()  # before any thread starts (see core/memory.py)
     host, port = host_port(settings.listen)
@@ -248,8 +248,8 @@ def run_notify_test(settings: Settings, receiver_name: str) -> int:
 
     import httpx
 
-    from volcano_monitor.watchdog.notify.channels import build_channel, send
-    from volcano_monitor.watchdog.notify.sample import sample_message
+    from volcano_monitor.watchdog.actions.notify.channels import build_channel, send
+    from volcano_monitor.watchdog.actions.notify.sample import sample_message
 
     receivers = {r.name: r for r in settings.notifications.receivers}
     receiver = receivers.get(receiver_name)

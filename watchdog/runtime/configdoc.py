@@ -1,4 +1,4 @@
-"""docs/configuration.md, generated from the settings models: `python -m volcano_monitor.watchdog.configdoc`."""
+"""docs/configuration.md, generated from the settings models: `python -m volcano_monitor.watchdog.runtime.configdoc`."""
 
 from __future__ import annotations
 
@@ -11,8 +11,8 @@ from volcano_monitor.watchdog.config import ENV_PREFIX, Settings
 
 INTRO = """# Watchdog configuration
 
-Generated from `watchdog/config.py` by `python -m volcano_monitor.watchdog.configdoc > docs/configuration.md`; a test
-fails when it is out of date.
+Generated from `watchdog/config.py` and the settings modules it gathers by
+`python -m volcano_monitor.watchdog.runtime.configdoc > docs/configuration.md`; a test fails when it is out of date.
 
 Settings come from a YAML file (`--config FILE`), then `VOLCANO_WATCHDOG_*` environment variables,
 then command-line flags, each overriding the one before. Nested keys are written with dots in this

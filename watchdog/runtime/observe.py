@@ -23,15 +23,15 @@ from typing import Any
 
 from volcano_monitor.core.kube.informer import DELETED
 from volcano_monitor.core.model import Job, Pod, PodGroup, Queue
-from volcano_monitor.watchdog.cluster import ClusterIndex
-from volcano_monitor.watchdog.detectors.base import Signal
-from volcano_monitor.watchdog.detectors.failure import FailureDetector
-from volcano_monitor.watchdog.detectors.gang import GangDetector
-from volcano_monitor.watchdog.detectors.queue import QueueDetector
-from volcano_monitor.watchdog.events import EventView, SchedulerNotes
-from volcano_monitor.watchdog.recommend import HistogramBook
-from volcano_monitor.watchdog.recommend_policy import RESOURCES, ContainerSpec
-from volcano_monitor.watchdog.usage.recorder import UsageRecorder
+from volcano_monitor.watchdog.findings.detectors.failure import FailureDetector
+from volcano_monitor.watchdog.findings.detectors.gang import GangDetector
+from volcano_monitor.watchdog.findings.detectors.queue import QueueDetector
+from volcano_monitor.watchdog.findings.recommendations.book import HistogramBook
+from volcano_monitor.watchdog.findings.recommendations.policy import RESOURCES, ContainerSpec
+from volcano_monitor.watchdog.state.cluster import ClusterIndex
+from volcano_monitor.watchdog.state.events import EventView, SchedulerNotes
+from volcano_monitor.watchdog.state.rollups import UsageRecorder
+from volcano_monitor.watchdog.state.signals import Signal
 
 __all__ = ["LEDGER_JOB", "LEDGER_PODGROUP", "SIGNALS", "Observer", "Write"]
 

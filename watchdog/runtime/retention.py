@@ -40,8 +40,8 @@ from sqlalchemy import CursorResult, Engine, Table, bindparam, delete, select, t
 from sqlalchemy.sql.elements import ColumnElement
 
 from volcano_monitor.watchdog.config import Settings
-from volcano_monitor.watchdog.db.models import UsageRollup, UsageRollupHourly, UTCDateTime
-from volcano_monitor.watchdog.ledger import expired
+from volcano_monitor.watchdog.state.db.models import UsageRollup, UsageRollupHourly, UTCDateTime
+from volcano_monitor.watchdog.state.ledger import expired
 
 log = logging.getLogger(__name__)
 

@@ -19,32 +19,32 @@ from sqlalchemy import Engine, delete, select
 from sqlalchemy.exc import SQLAlchemyError
 from sqlalchemy.orm import Session
 
-from volcano_monitor.watchdog.alerts import FIRING, RESOLVED, AlertBook, Transition
-from volcano_monitor.watchdog.capability.store import CapabilityChange
-from volcano_monitor.watchdog.cluster import ClusterIndex
+from volcano_monitor.watchdog.actions.capability.store import CapabilityChange
+from volcano_monitor.watchdog.actions.notify.describe import alert_item
+from volcano_monitor.watchdog.actions.notify.message import AlertItem, rfc3339
+from volcano_monitor.watchdog.actions.notify.outbox import NOTICE_LABEL, Outbox, forget_delivered
+from volcano_monitor.watchdog.actions.notify.sender import Notifier
 from volcano_monitor.watchdog.config import Settings
-from volcano_monitor.watchdog.db.engine import describe_error
-from volcano_monitor.watchdog.db.models import Alert, AlertRequest
-from volcano_monitor.watchdog.detectors.base import Signal, fingerprint
-from volcano_monitor.watchdog.detectors.failure import FailureDetector
-from volcano_monitor.watchdog.detectors.gang import GangDetector
-from volcano_monitor.watchdog.detectors.gpuidle import GpuIdleDetector
-from volcano_monitor.watchdog.detectors.hot import NodeHotDetector
-from volcano_monitor.watchdog.detectors.queue import QueueDetector
-from volcano_monitor.watchdog.detectors.stranded import GpuStrandedDetector
-from volcano_monitor.watchdog.detectors.waste import WasteDetector
-from volcano_monitor.watchdog.ledger import Ledger, deleted_rows
-from volcano_monitor.watchdog.nodes import NodeTable
-from volcano_monitor.watchdog.notify.describe import alert_item
-from volcano_monitor.watchdog.notify.message import AlertItem, rfc3339
-from volcano_monitor.watchdog.notify.outbox import NOTICE_LABEL, Outbox, forget_delivered
-from volcano_monitor.watchdog.notify.sender import Notifier
-from volcano_monitor.watchdog.observe import BACKFILL, LEDGER_JOB, LEDGER_PODGROUP, SIGNALS, Write
-from volcano_monitor.watchdog.recommend import HistogramBook, Recommendation
-from volcano_monitor.watchdog.retention import run_retention
-from volcano_monitor.watchdog.usage.backfill import BackfillBatch, Backfiller
-from volcano_monitor.watchdog.usage.backfill_queries import Workload as BackfillWorkload
-from volcano_monitor.watchdog.usage.recorder import UsageRecorder
+from volcano_monitor.watchdog.findings.detectors.failure import FailureDetector
+from volcano_monitor.watchdog.findings.detectors.gang import GangDetector
+from volcano_monitor.watchdog.findings.detectors.gpuidle import GpuIdleDetector
+from volcano_monitor.watchdog.findings.detectors.hot import NodeHotDetector
+from volcano_monitor.watchdog.findings.detectors.queue import QueueDetector
+from volcano_monitor.watchdog.findings.detectors.stranded import GpuStrandedDetector
+from volcano_monitor.watchdog.findings.detectors.waste import WasteDetector
+from volcano_monitor.watchdog.findings.recommendations.backfill import BackfillBatch, Backfiller
+from volcano_monitor.watchdog.findings.recommendations.backfill_queries import Workload as BackfillWorkload
+from volcano_monitor.watchdog.findings.recommendations.book import HistogramBook, Recommendation
+from volcano_monitor.watchdog.runtime.observe import BACKFILL, LEDGER_JOB, LEDGER_PODGROUP, SIGNALS, Write
+from volcano_monitor.watchdog.runtime.retention import run_retention
+from volcano_monitor.watchdog.state.alerts import FIRING, RESOLVED, AlertBook, Transition
+from volcano_monitor.watchdog.state.cluster import ClusterIndex
+from volcano_monitor.watchdog.state.db.engine import describe_error
+from volcano_monitor.watchdog.state.db.models import Alert, AlertRequest
+from volcano_monitor.watchdog.state.ledger import Ledger, deleted_rows
+from volcano_monitor.watchdog.state.nodes import NodeTable
+from volcano_monitor.watchdog.state.rollups import UsageRecorder
+from volcano_monitor.watchdog.state.signals import Signal, fingerprint
 
 log = logging.getLogger(__name__)
 

@@ -28,14 +28,14 @@ from sqlalchemy.exc import InterfaceError, OperationalError, SQLAlchemyError
 from sqlalchemy.orm import Session
 
 from volcano_monitor.core.backoff import Backoff
-from volcano_monitor.watchdog.alerts import AlertBook
-from volcano_monitor.watchdog.config import Retention
-from volcano_monitor.watchdog.db.engine import describe_error
-from volcano_monitor.watchdog.notify.sender import Leader
-from volcano_monitor.watchdog.observe import Observer, Write
-from volcano_monitor.watchdog.recommend import HistogramBook
-from volcano_monitor.watchdog.tasks import Tasks, WorkerStats
-from volcano_monitor.watchdog.usage.recorder import UsageRecorder
+from volcano_monitor.watchdog.actions.notify.sender import Leader
+from volcano_monitor.watchdog.findings.recommendations.book import HistogramBook
+from volcano_monitor.watchdog.runtime.observe import Observer, Write
+from volcano_monitor.watchdog.runtime.settings import Retention
+from volcano_monitor.watchdog.runtime.tasks import Tasks, WorkerStats
+from volcano_monitor.watchdog.state.alerts import AlertBook
+from volcano_monitor.watchdog.state.db.engine import describe_error
+from volcano_monitor.watchdog.state.rollups import UsageRecorder
 
 log = logging.getLogger(__name__)
 

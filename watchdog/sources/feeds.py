@@ -23,11 +23,11 @@ from volcano_monitor.core.kube.resources import EVENTS, JOBS, NODES, PODGROUPS, 
 from volcano_monitor.core.model import Pod, parse_job, parse_node, parse_pod, parse_podgroup, parse_queue
 from volcano_monitor.core.podview import is_volcano_pod
 from volcano_monitor.watchdog.config import Settings
-from volcano_monitor.watchdog.events import SchedulerNotes, about_podgroup
-from volcano_monitor.watchdog.nodes import NodeTable
-from volcano_monitor.watchdog.usage.metrics_api import MetricsApiCollector
-from volcano_monitor.watchdog.usage.node_metrics import NodeMetricsCollector
-from volcano_monitor.watchdog.usage.prometheus import PrometheusCollector
+from volcano_monitor.watchdog.sources.metrics_api import MetricsApiCollector
+from volcano_monitor.watchdog.sources.node_metrics import NodeMetricsCollector
+from volcano_monitor.watchdog.sources.prometheus import PrometheusCollector
+from volcano_monitor.watchdog.state.events import SchedulerNotes, about_podgroup
+from volcano_monitor.watchdog.state.nodes import NodeTable
 
 log = logging.getLogger(__name__)
 

@@ -28,7 +28,7 @@ from volcano_monitor.core.fields import parse_timestamp
 from volcano_monitor.core.kube.informer import gc_paused
 from volcano_monitor.core.kube.resources import POD_METRICS
 from volcano_monitor.core.quantity import QuantityError, parse_quantity
-from volcano_monitor.watchdog.usage.samples import UsageSample
+from volcano_monitor.watchdog.state.samples import UsageSample
 
 log = logging.getLogger(__name__)
 

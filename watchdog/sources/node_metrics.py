@@ -18,9 +18,9 @@ from typing import Any
 from kubernetes import client
 
 from volcano_monitor.core.fields import parse_timestamp
+from volcano_monitor.core.kube.rest import ApiUnavailable, request_json
 from volcano_monitor.core.quantity import QuantityError, parse_quantity
-from volcano_monitor.watchdog.leader import ApiUnavailable, request_json
-from volcano_monitor.watchdog.nodes import NodeUsage
+from volcano_monitor.watchdog.state.nodes import NodeUsage
 
 __all__ = ["NODE_METRICS_PATH", "NodeMetricsCollector", "parse_node_metrics"]
 

@@ -32,8 +32,8 @@ from typing import Any
 import httpx
 import orjson
 
-from volcano_monitor.watchdog.config import PrometheusSource
-from volcano_monitor.watchdog.usage.samples import UsageSample
+from volcano_monitor.watchdog.sources.settings import PrometheusSource
+from volcano_monitor.watchdog.state.samples import UsageSample
 
 log = logging.getLogger(__name__)
 

@@ -46,8 +46,8 @@ from typing import Any
 from sqlalchemy import delete, select, update
 from sqlalchemy.orm import Session
 
-from volcano_monitor.watchdog.db.models import Alert
-from volcano_monitor.watchdog.detectors.base import ONCE_PER_RUN_KINDS, SEVERITIES, Signal, fingerprint
+from volcano_monitor.watchdog.state.db.models import Alert
+from volcano_monitor.watchdog.state.signals import ONCE_PER_RUN_KINDS, SEVERITIES, Signal, fingerprint
 
 __all__ = ["FIRING", "PENDING", "RESOLVED", "AlertBook", "Transition"]
 

@@ -13,8 +13,8 @@ from volcano_monitor.core.kube.informer import DELETED
 from volcano_monitor.core.model import Job, Pod, PodGroup, Queue, res_dict, res_get
 from volcano_monitor.core.pending import Explanation, explain, group_waiting, is_job_group, job_waiting
 from volcano_monitor.core.podrequests import Resources
-from volcano_monitor.watchdog.usage.samples import PodInfo
-from volcano_monitor.watchdog.workload import CRON_OWNER_KIND, workload_name
+from volcano_monitor.watchdog.state.samples import PodInfo
+from volcano_monitor.watchdog.state.workload import CRON_OWNER_KIND, workload_name
 
 
 def gpu_count(resources: Resources) -> float:

@@ -24,8 +24,8 @@ import threading
 from collections.abc import Iterable
 from dataclasses import dataclass, replace
 
-from volcano_monitor.watchdog.gpuidle.settings import GpuIdleSettings
-from volcano_monitor.watchdog.usage.samples import PodInfo, PodLookup, UsageSample
+from volcano_monitor.watchdog.actions.gpu_idle.settings import GpuIdleSettings
+from volcano_monitor.watchdog.state.samples import PodInfo, PodLookup, UsageSample
 
 IDLE, BUSY, NO_GPU_DATA = "idle", "busy", "no_gpu_data"
 STATES = (IDLE, BUSY, NO_GPU_DATA)

@@ -39,9 +39,9 @@ from sqlalchemy.sql.elements import ColumnElement
 
 from volcano_monitor.core.kube.informer import DELETED
 from volcano_monitor.core.model import Job, PodGroup, Resources, res_get
-from volcano_monitor.watchdog.config import Retention
-from volcano_monitor.watchdog.db.models import Alert, JobRun, UsageRollup, UsageRollupHourly
-from volcano_monitor.watchdog.workload import workload_name
+from volcano_monitor.watchdog.runtime.settings import Retention
+from volcano_monitor.watchdog.state.db.models import Alert, JobRun, UsageRollup, UsageRollupHourly
+from volcano_monitor.watchdog.state.workload import workload_name
 
 log = logging.getLogger(__name__)
 

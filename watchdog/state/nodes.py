@@ -17,8 +17,8 @@ from dataclasses import dataclass
 
 from volcano_monitor.core.kube.informer import DELETED
 from volcano_monitor.core.model import Job, Node, Pod, PodGroup, res_get
-from volcano_monitor.watchdog.cluster import ClusterIndex, gpu_count
-from volcano_monitor.watchdog.usage.samples import UsageSample
+from volcano_monitor.watchdog.state.cluster import ClusterIndex, gpu_count
+from volcano_monitor.watchdog.state.samples import UsageSample
 
 __all__ = ["NodePod", "NodePodCache", "NodeTable", "NodeUsage", "PodUsage", "pods_by_node"]
 

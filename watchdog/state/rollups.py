@@ -42,8 +42,8 @@ from typing import Any, Protocol, cast
 from sqlalchemy import Dialect, Table, event, select
 from sqlalchemy.orm import Session, SessionTransaction
 
-from volcano_monitor.watchdog.db.models import JobRun, UsageRollup
-from volcano_monitor.watchdog.usage.samples import PodInfo, PodLookup, UsageSample
+from volcano_monitor.watchdog.state.db.models import JobRun, UsageRollup
+from volcano_monitor.watchdog.state.samples import PodInfo, PodLookup, UsageSample
 
 log = logging.getLogger(__name__)
 

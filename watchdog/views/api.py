@@ -31,13 +31,13 @@ from sqlalchemy import ColumnElement, Engine, func, select
 from sqlalchemy.exc import SQLAlchemyError
 from sqlalchemy.orm import Session
 
-from volcano_monitor.watchdog import recommend
+from volcano_monitor.watchdog.actions.notify.api import add_notification_routes
+from volcano_monitor.watchdog.actions.notify.outbox import Outbox
 from volcano_monitor.watchdog.config import Settings
-from volcano_monitor.watchdog.db.models import Alert, AlertRequest, JobRun, UsageRollup
-from volcano_monitor.watchdog.metrics import CONTENT_TYPE, RecommendationCache, render_metrics
-from volcano_monitor.watchdog.notify.api import add_notification_routes
-from volcano_monitor.watchdog.notify.outbox import Outbox
-from volcano_monitor.watchdog.report.api import report_router
+from volcano_monitor.watchdog.findings.recommendations import book as recommend
+from volcano_monitor.watchdog.state.db.models import Alert, AlertRequest, JobRun, UsageRollup
+from volcano_monitor.watchdog.views.metrics import CONTENT_TYPE, RecommendationCache, render_metrics
+from volcano_monitor.watchdog.views.report.api import report_router
 
 log = logging.getLogger(__name__)
 
@@ -504,7 +504,7 @@ def create_app(engine: Engine, settings: Settings, health: Health, clock: Callab
     app.include_router(report_router(clock))
     for router in routers:
         app.include_router(router)
-    from volcano_monitor.watchdog.ui import ui_router  # the pages use this module's views: import when built
+    from volcano_monitor.watchdog.views.ui import ui_router  # the pages use this module's views: import when built
 
     app.include_router(ui_router(engine, settings, clock, queues, require_token, request_made, request_wait_seconds))
     app.include_router(writes)

@@ -28,15 +28,29 @@ from sqlalchemy.orm import InstrumentedAttribute, Session
 
 from volcano_monitor.core.exposition import COUNTER, Family
 from volcano_monitor.core.version import version
-from volcano_monitor.watchdog import recommend
-from volcano_monitor.watchdog.db.models import Alert, JobRun
-from volcano_monitor.watchdog.ledger import ended_at
-from volcano_monitor.watchdog.notify.outbox import outbox_counts
+from volcano_monitor.watchdog.actions.capability.metrics import CAPABILITY_TARGET, CAPABILITY_UPDATES
+from volcano_monitor.watchdog.actions.gpu_idle.metrics import (
+    DCGM_LABEL_STYLE,
+    GPU_IDLE_ABORTS,
+    JOB_GPU_IDLE,
+    JOB_GPU_STATE,
+)
+from volcano_monitor.watchdog.actions.notify.outbox import outbox_counts
+from volcano_monitor.watchdog.actions.oomscale.api import OOM_RESUBMISSIONS
+from volcano_monitor.watchdog.findings.detectors.stranded import NODE_STRANDED_GPUS
+from volcano_monitor.watchdog.findings.recommendations import book as recommend
+from volcano_monitor.watchdog.findings.recommendations.backfill import (
+    BACKFILL_ERRORS,
+    BACKFILL_SAMPLES,
+    BACKFILL_WORKLOADS,
+)
+from volcano_monitor.watchdog.state.db.models import Alert, JobRun
+from volcano_monitor.watchdog.state.ledger import ended_at
 
 if TYPE_CHECKING:
-    from volcano_monitor.watchdog.api import Health
-    from volcano_monitor.watchdog.config import Recommendations
-    from volcano_monitor.watchdog.recommend import Recommendation
+    from volcano_monitor.watchdog.findings.recommendations.book import Recommendation
+    from volcano_monitor.watchdog.findings.recommendations.settings import Recommendations
+    from volcano_monitor.watchdog.views.api import Health
 
 log = logging.getLogger(__name__)
 T = TypeVar("T")
@@ -97,48 +111,7 @@ OUTBOX_OLDEST = Family("volcano_watchdog_notification_outbox_oldest_age_seconds"
 DEAD_LETTERS = Family("volcano_watchdog_notification_dead_letters",
                       "Messages that could not be delivered after every retry (kept, listed by the API).",
                       ("receiver",))
-CAPABILITY_TARGET = Family("volcano_watchdog_queue_capability_target",
-                           "Capability the queue's policy plans, per resource (unit: cores, bytes or devices).",
-                           ("queue", "resource", "unit"))
-CAPABILITY_UPDATES = Family("volcano_watchdog_queue_capability_updates_total",
-                            "Capability plans by outcome: applied, dry_run, unchanged, held (guardrail), conflict "
-                            "(409, retried), failed.", ("queue", "outcome"), COUNTER)
-OOM_RESUBMISSIONS = Family("volcano_watchdog_oom_resubmissions_total",
-                           "OOM auto scale-up decisions by outcome: applied (Job created), dry_run (recorded only), "
-                           "capped (no room to grow), exhausted (max_attempts reached), failed (create refused).",
-                           ("namespace", "outcome"), COUNTER)
 
-JOB_GPU_IDLE = Family("volcano_watchdog_job_gpu_idle_seconds_total",
-                      "Seconds the job's GPUs have all been below gpu_idle.idle_util_percent, counted per collection "
-                      "interval from DCGM; back to 0 when they get busy (the current idle streak). Absent for jobs "
-                      "with no GPU data (see volcano_watchdog_job_gpu_state). Leader only.",
-                      ("namespace", "job_name", "queue"), COUNTER)
-JOB_GPU_STATE = Family("volcano_watchdog_job_gpu_state",
-                       "1 for the state of the job's GPUs in the latest collection: idle, busy, or no_gpu_data "
-                       "(the job requests GPUs but Prometheus has no DCGM_FI_DEV_GPU_UTIL series for them: never "
-                       "idle). Leader only.", ("namespace", "job_name", "queue", "state"))
-GPU_IDLE_ABORTS = Family("volcano_watchdog_gpu_idle_aborts_total",
-                         "Jobs the GPU idle policy aborted through a Volcano Command, by queue and outcome: created, "
-                         "dry_run (would have), gone (the job ended or changed first), failed; counted by the "
-                         "replica that acted.", ("queue", "outcome"), COUNTER)
-DCGM_LABEL_STYLE = Family("volcano_watchdog_dcgm_label_style",
-                          "1 for the label style the Prometheus collector reads DCGM series in: namespace "
-                          "(namespace/pod/container), exported (exported_namespace/exported_pod/exported_container), "
-                          "or unknown (auto, and no DCGM series seen yet). Absent without the Prometheus source.",
-                          ("style",))
-NODE_STRANDED_GPUS = Family("volcano_watchdog_node_stranded_gpus",
-                            "Free GPUs of a Ready, schedulable GPU node that no GPU pod of the configured shape can "
-                            "use because pods requesting no GPU hold its CPU or memory (GpuStranded); 0 for the "
-                            "other GPU nodes. Served by the leader, which runs the check.", ("node",))
-BACKFILL_WORKLOADS = Family("volcano_watchdog_backfill_workloads_total",
-                            "Workloads whose recommendation history this replica back-filled from Prometheus "
-                            "(sources.prometheus.backfill; recorded, never twice).", (), COUNTER)
-BACKFILL_SAMPLES = Family("volcano_watchdog_backfill_samples_total",
-                          "Usage samples (one-a-minute equivalents) the back-fill added to the histograms.", (),
-                          COUNTER)
-BACKFILL_ERRORS = Family("volcano_watchdog_backfill_query_errors_total",
-                         "Back-fill queries Prometheus did not answer usefully, by cause (connection, http_<code>, "
-                         "query, decode); the next pass tries those workloads again.", ("cause",), COUNTER)
 
 FAMILIES = (ALERTS, REC_CPU, REC_MEMORY, REC_CONFIDENCE, JOB_EFFICIENCY, WASTED_CORE, WASTED_MEMORY, WASTED_GPU,
             COLLECTOR_ENABLED, COLLECTOR_UP, COLLECTOR_LAST_SUCCESS, COLLECTOR_ERRORS, COLLECTOR_SAMPLES,

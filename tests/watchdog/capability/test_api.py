@@ -12,10 +12,10 @@ from fastapi.testclient import TestClient
 from sqlalchemy import Engine
 from sqlalchemy.orm import Session
 
-from volcano_monitor.watchdog.capability import store
-from volcano_monitor.watchdog.capability.api import capability_router
-from volcano_monitor.watchdog.capability.guardrails import QueuePlan, ResourcePlan
-from volcano_monitor.watchdog.capability.store import CapabilityChange
+from volcano_monitor.watchdog.actions.capability import store
+from volcano_monitor.watchdog.actions.capability.api import capability_router
+from volcano_monitor.watchdog.actions.capability.guardrails import QueuePlan, ResourcePlan
+from volcano_monitor.watchdog.actions.capability.store import CapabilityChange
 
 NOW = datetime(2024, 5, 1, 12, 0, tzinfo=UTC)
 

@@ -31,16 +31,16 @@ from tests.watchdog.capability.conftest import (
 )
 from volcano_monitor.simulator import resources as R
 from volcano_monitor.simulator.runtime import SimulatorThread
-from volcano_monitor.watchdog.capability import store
-from volcano_monitor.watchdog.capability.api import capability_router
-from volcano_monitor.watchdog.capability.controller import CapabilityController
-from volcano_monitor.watchdog.capability.metrics import render_capability_metrics
-from volcano_monitor.watchdog.capability.settings import CapabilitySettings
-from volcano_monitor.watchdog.capability.store import CapabilityChange
-from volcano_monitor.watchdog.db.models import CapabilityChange as ChangeRow
-from volcano_monitor.watchdog.db.models import UsageRollup
-from volcano_monitor.watchdog.leader import AlwaysLeader, LeaderElector
-from volcano_monitor.watchdog.notify.settings import LeaderElection
+from volcano_monitor.watchdog.actions.capability import store
+from volcano_monitor.watchdog.actions.capability.api import capability_router
+from volcano_monitor.watchdog.actions.capability.controller import CapabilityController
+from volcano_monitor.watchdog.actions.capability.metrics import render_capability_metrics
+from volcano_monitor.watchdog.actions.capability.settings import CapabilitySettings
+from volcano_monitor.watchdog.actions.capability.store import CapabilityChange
+from volcano_monitor.watchdog.state.db.models import CapabilityChange as ChangeRow
+from volcano_monitor.watchdog.state.db.models import UsageRollup
+from volcano_monitor.core.kube.leaderelection import AlwaysLeader, LeaderElector
+from volcano_monitor.watchdog.runtime.settings import LeaderElection
 
 GPU = "nvidia.com/gpu"
 GPU_SHARE = {"share": {"fraction": 0.5, "node_selector": {"pool": "gpu"}, "resources": [GPU]}}

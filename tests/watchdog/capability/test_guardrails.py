@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from volcano_monitor.watchdog.capability.guardrails import (
+from volcano_monitor.watchdog.actions.capability.guardrails import (
     Limits,
     format_quantity,
     hierarchy_order,
@@ -13,7 +13,7 @@ from volcano_monitor.watchdog.capability.guardrails import (
     plan_resource,
     round_up,
 )
-from volcano_monitor.watchdog.capability.policy import Target
+from volcano_monitor.watchdog.actions.capability.policy import Target
 
 GI = 2**30
 FREE = Limits(max_step_fraction=100, cooldown_seconds=0, tolerance_fraction=0)

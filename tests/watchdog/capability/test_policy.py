@@ -7,8 +7,8 @@ from pydantic import ValidationError
 
 from tests.watchdog.capability.conftest import node
 from volcano_monitor.core.model import parse_node, parse_pod
-from volcano_monitor.watchdog.capability.policy import demand_target, pending_requests, percentile, share_target
-from volcano_monitor.watchdog.capability.settings import CapabilitySettings, DemandPolicy, SharePolicy
+from volcano_monitor.watchdog.actions.capability.policy import demand_target, pending_requests, percentile, share_target
+from volcano_monitor.watchdog.actions.capability.settings import CapabilitySettings, DemandPolicy, SharePolicy
 from volcano_monitor.watchdog.config import ConfigError, load
 
 GI = 2**30

@@ -19,7 +19,7 @@ import httpx
 import pytest
 
 from volcano_monitor.simulator.chatinbox import ChatInbox
-from volcano_monitor.watchdog.notify.channels import (
+from volcano_monitor.watchdog.actions.notify.channels import (
     Channel,
     DingTalk,
     Feishu,
@@ -30,9 +30,9 @@ from volcano_monitor.watchdog.notify.channels import (
     build_channel,
     send,
 )
-from volcano_monitor.watchdog.notify.channels.render import clip_utf8, safe_url
-from volcano_monitor.watchdog.notify.message import AlertItem, Message, MessageMentions
-from volcano_monitor.watchdog.notify.settings import Receiver
+from volcano_monitor.watchdog.actions.notify.channels.render import clip_utf8, safe_url
+from volcano_monitor.watchdog.actions.notify.message import AlertItem, Message, MessageMentions
+from volcano_monitor.watchdog.actions.notify.settings import Receiver
 
 KINDS = ("slack", "feishu", "dingtalk", "wecom", "teams", "webhook")
 FEISHU_SECRET = "feishu-signing-secret-7Qx"

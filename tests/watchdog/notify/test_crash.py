@@ -17,8 +17,8 @@ from tests.watchdog.harness import FAST_DETECTORS
 from tests.watchdog.test_crash import start_cli
 from volcano_monitor.simulator.chatinbox import ChatInbox, InboxMessage
 from volcano_monitor.simulator.runtime import SimulatorThread, write_kubeconfig
-from volcano_monitor.watchdog.db.engine import make_engine
-from volcano_monitor.watchdog.db.models import NotificationDelivery
+from volcano_monitor.watchdog.state.db.engine import make_engine
+from volcano_monitor.watchdog.state.db.models import NotificationDelivery
 
 
 def alert_set(message: InboxMessage) -> frozenset[tuple[str, str]]:

@@ -6,7 +6,7 @@ import pytest
 import yaml
 
 from volcano_monitor.simulator.chatinbox import ChatInbox
-from volcano_monitor.watchdog.cli import main
+from volcano_monitor.watchdog.runtime.cli import main
 
 
 def config(tmp_path: Path, url: str) -> Path:

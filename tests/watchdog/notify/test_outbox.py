@@ -10,10 +10,10 @@ from sqlalchemy import Engine, select
 from sqlalchemy.orm import Session
 
 from volcano_monitor.watchdog.config import load
-from volcano_monitor.watchdog.db.models import NotificationDelivery, Silence
-from volcano_monitor.watchdog.notify import outbox as ob
-from volcano_monitor.watchdog.notify.message import AlertItem, Message
-from volcano_monitor.watchdog.notify.outbox import Outbox
+from volcano_monitor.watchdog.state.db.models import NotificationDelivery, Silence
+from volcano_monitor.watchdog.actions.notify import outbox as ob
+from volcano_monitor.watchdog.actions.notify.message import AlertItem, Message
+from volcano_monitor.watchdog.actions.notify.outbox import Outbox
 
 T0 = datetime(2026, 11, 24, 12, 0, tzinfo=UTC)
 

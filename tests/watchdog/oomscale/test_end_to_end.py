@@ -22,13 +22,13 @@ from volcano_monitor.core.quantity import parse_quantity
 from volcano_monitor.simulator import resources as R
 from volcano_monitor.simulator.chatinbox import ChatInbox
 from volcano_monitor.simulator.runtime import SimulatorThread
-from volcano_monitor.watchdog.api import Health, create_app
-from volcano_monitor.watchdog.app import Watchdog
+from volcano_monitor.watchdog.views.api import Health, create_app
+from volcano_monitor.watchdog.runtime.app import Watchdog
 from volcano_monitor.watchdog.config import Settings
-from volcano_monitor.watchdog.db.models import OomResubmission, UsageRollup
-from volcano_monitor.watchdog.leader import AlwaysLeader
-from volcano_monitor.watchdog.oomscale.api import oom_router, outbox_notice, render_oom_metrics
-from volcano_monitor.watchdog.oomscale.controller import OomScaleUpController
+from volcano_monitor.watchdog.state.db.models import OomResubmission, UsageRollup
+from volcano_monitor.core.kube.leaderelection import AlwaysLeader
+from volcano_monitor.watchdog.actions.oomscale.api import oom_router, outbox_notice, render_oom_metrics
+from volcano_monitor.watchdog.actions.oomscale.controller import OomScaleUpController
 
 GI = 2**30
 SPEED = 8.0

@@ -7,8 +7,8 @@ from typing import Any
 
 import pytest
 
-from volcano_monitor.watchdog.oomscale import plan
-from volcano_monitor.watchdog.oomscale.settings import OomScaleUpSettings
+from volcano_monitor.watchdog.actions.oomscale import plan
+from volcano_monitor.watchdog.actions.oomscale.settings import OomScaleUpSettings
 
 GI, MI = 2**30, 2**20
 

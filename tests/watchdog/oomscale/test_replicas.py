@@ -20,11 +20,11 @@ from tests.watchdog.oomscale.test_end_to_end import events, first, jobs, phase
 from volcano_monitor.simulator import resources as R
 from volcano_monitor.simulator.runtime import SimulatorThread
 from volcano_monitor.simulator.store import WatchEvent
-from volcano_monitor.watchdog.db.models import OomResubmission
-from volcano_monitor.watchdog.leader import AlwaysLeader
-from volcano_monitor.watchdog.oomscale import plan, store
-from volcano_monitor.watchdog.oomscale.controller import OomScaleUpController
-from volcano_monitor.watchdog.oomscale.settings import OomScaleUpSettings
+from volcano_monitor.watchdog.state.db.models import OomResubmission
+from volcano_monitor.core.kube.leaderelection import AlwaysLeader
+from volcano_monitor.watchdog.actions.oomscale import plan, store
+from volcano_monitor.watchdog.actions.oomscale.controller import OomScaleUpController
+from volcano_monitor.watchdog.actions.oomscale.settings import OomScaleUpSettings
 
 SPEED = 8.0
 
@@ -175,8 +175,8 @@ def test_a_second_replica_that_read_before_the_first_wrote_does_nothing(
 def test_a_server_error_on_create_is_retried_not_final(tmp_path: Path) -> None:
     """503 from the API server leaves the decision pending (ApiUnavailable: the next pass tries again);
     the retry creates the Job; a third try is the 409 of the same resubmission."""
-    from volcano_monitor.watchdog.leader import ApiUnavailable
-    from volcano_monitor.watchdog.oomscale import kube
+    from volcano_monitor.core.kube.rest import ApiUnavailable
+    from volcano_monitor.watchdog.actions.oomscale import kube
 
     sim = SimulatorThread(auto_tick=False).start()
     try:

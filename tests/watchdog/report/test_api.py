@@ -10,9 +10,9 @@ from fastapi.testclient import TestClient
 from sqlalchemy import Engine
 
 from tests.watchdog.report.test_compute import SINCE, UNTIL, expected, insert, make_alerts, make_rows
-from volcano_monitor.watchdog.api import Health, create_app
+from volcano_monitor.watchdog.views.api import Health, create_app
 from volcano_monitor.watchdog.config import Settings
-from volcano_monitor.watchdog.report.render import COLUMNS
+from volcano_monitor.watchdog.views.report.render import COLUMNS
 
 
 def client_for(engine: Engine) -> TestClient:

@@ -17,11 +17,11 @@ import pytest
 from sqlalchemy import Engine
 from sqlalchemy.orm import Session
 
-from volcano_monitor.watchdog.cli import main
-from volcano_monitor.watchdog.db.engine import make_engine, migrate
-from volcano_monitor.watchdog.db.models import Alert, JobRun
-from volcano_monitor.watchdog.report.compute import compute_report, parse_moment, percentile
-from volcano_monitor.watchdog.report.cron import parse_cron
+from volcano_monitor.watchdog.runtime.cli import main
+from volcano_monitor.watchdog.state.db.engine import make_engine, migrate
+from volcano_monitor.watchdog.state.db.models import Alert, JobRun
+from volcano_monitor.watchdog.views.report.compute import compute_report, parse_moment, percentile
+from volcano_monitor.core.cron import parse_cron
 
 # A Friday noon in the past (the digest tests schedule on it; messages are due by the real clock).
 _FRIDAY = parse_cron("0 12 * * fri").previous(datetime.now(UTC) - timedelta(days=8))
@@ -171,7 +171,7 @@ def test_parse_moment() -> None:
 
 def test_report_creates_no_database_and_names_the_one_it_read(tmp_path: Path, database_url: str) -> None:
     def run(url: str) -> subprocess.CompletedProcess[str]:
-        return subprocess.run([sys.executable, "-m", "volcano_monitor.watchdog.cli", "--database-url", url, "report",
+        return subprocess.run([sys.executable, "-m", "volcano_monitor.watchdog.runtime.cli", "--database-url", url, "report",
                                "-o", "csv"],
                               capture_output=True, text=True, timeout=60, cwd=tmp_path)
 

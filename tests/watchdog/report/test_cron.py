@@ -7,7 +7,7 @@ from datetime import UTC, datetime, timedelta
 
 import pytest
 
-from volcano_monitor.watchdog.report.cron import parse_cron
+from volcano_monitor.core.cron import parse_cron
 
 
 def brute_matches(spec: str, at: datetime) -> bool:

@@ -8,8 +8,8 @@ import io
 import json
 from datetime import UTC, datetime
 
-from volcano_monitor.watchdog.report.compute import Group, Hours, Report, Waster
-from volcano_monitor.watchdog.report.render import COLUMNS, render, rows
+from volcano_monitor.watchdog.views.report.compute import Group, Hours, Report, Waster
+from volcano_monitor.watchdog.views.report.render import COLUMNS, render, rows
 
 SINCE, UNTIL = datetime(2026, 1, 1, tzinfo=UTC), datetime(2026, 1, 8, tzinfo=UTC)
 

@@ -21,8 +21,8 @@ from tests.simtools import wait_for
 from tests.watchdog.test_replicas import LEASE_SECONDS, databases, holder, ready, start  # noqa: F401
 from volcano_monitor.simulator.chatinbox import ChatInbox, InboxMessage
 from volcano_monitor.simulator.runtime import SimulatorThread, write_kubeconfig
-from volcano_monitor.watchdog.db.engine import make_engine
-from volcano_monitor.watchdog.db.models import ReportDigestSent
+from volcano_monitor.watchdog.state.db.engine import make_engine
+from volcano_monitor.watchdog.state.db.models import ReportDigestSent
 
 
 def config(path: Path, inbox: ChatInbox, identity: str) -> Path:

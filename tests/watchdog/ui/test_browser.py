@@ -30,11 +30,11 @@ from tests.watchdog.harness import fast_settings, start_watchdog
 from tests.watchdog.test_crash import free_port
 from tests.watchdog.test_gpu_idle import SCRAPE_BOTH
 from volcano_monitor.simulator.runtime import SimulatorThread
-from volcano_monitor.watchdog.api import Health, QueueView, create_app
-from volcano_monitor.watchdog.capability.controller import CapabilityController
-from volcano_monitor.watchdog.capability.settings import CapabilitySettings
-from volcano_monitor.watchdog.db.engine import make_engine
-from volcano_monitor.watchdog.db.models import (
+from volcano_monitor.watchdog.views.api import Health, QueueView, create_app
+from volcano_monitor.watchdog.actions.capability.controller import CapabilityController
+from volcano_monitor.watchdog.actions.capability.settings import CapabilitySettings
+from volcano_monitor.watchdog.state.db.engine import make_engine
+from volcano_monitor.watchdog.state.db.models import (
     Alert,
     CapabilityChange,
     JobRun,
@@ -42,7 +42,7 @@ from volcano_monitor.watchdog.db.models import (
     Silence,
     UsageRollup,
 )
-from volcano_monitor.watchdog.leader import AlwaysLeader
+from volcano_monitor.core.kube.leaderelection import AlwaysLeader
 
 TOKEN = "ui-write-T0ken"
 READ = "ui-read-T0ken"

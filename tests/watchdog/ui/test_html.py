@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from volcano_monitor.watchdog.ui.html import amounts, cores, gib, number
+from volcano_monitor.watchdog.views.ui.html import amounts, cores, gib, number
 
 
 @pytest.mark.parametrize(("value", "shown"), [

@@ -18,10 +18,10 @@ from sqlalchemy.orm import Session
 
 from tests.watchdog.test_api import NOW, TOKEN, health, insert, make_alert, make_run
 from volcano_monitor.core.quantity import parse_quantity
-from volcano_monitor.watchdog.api import QueueView, create_app
-from volcano_monitor.watchdog.app import Watchdog
+from volcano_monitor.watchdog.views.api import QueueView, create_app
+from volcano_monitor.watchdog.runtime.app import Watchdog
 from volcano_monitor.watchdog.config import Settings
-from volcano_monitor.watchdog.db.models import (
+from volcano_monitor.watchdog.state.db.models import (
     Alert,
     CapabilityChange,
     CapabilityPlan,
@@ -30,8 +30,8 @@ from volcano_monitor.watchdog.db.models import (
     Silence,
     UsageRollup,
 )
-from volcano_monitor.watchdog.notify.routing import parse_matcher
-from volcano_monitor.watchdog.recommend import ContainerSpec, HistogramBook
+from volcano_monitor.core.matchers import parse_matcher
+from volcano_monitor.watchdog.findings.recommendations.book import ContainerSpec, HistogramBook
 
 READ = "read-only-T0ken"
 EVIL = '<script>alert("x")</script>'
@@ -220,8 +220,8 @@ def test_queue_tree_follows_parents(engine: Engine) -> None:
 
 def test_links_in_chat_messages_land_on_the_ui(engine: Engine) -> None:
     """An alert's link in a message (api_url + path) is the UI page of that alert, and it renders."""
-    from volcano_monitor.watchdog.notify.describe import alert_item
-    from volcano_monitor.watchdog.notify.sample import sample_message
+    from volcano_monitor.watchdog.actions.notify.describe import alert_item
+    from volcano_monitor.watchdog.actions.notify.sample import sample_message
 
     insert(engine, make_alert(1))
     with Session(engine) as session:

@@ -2,6 +2,11 @@
 nodes' allocatable, or `demand` from usage history, moved within guardrails, applied by the leader only,
 and recorded (database, Kubernetes Event, chat notice through `announce`)."""
 
-from volcano_monitor.watchdog.capability.settings import CapabilitySettings, DemandPolicy, QueuePolicy, SharePolicy
+from volcano_monitor.watchdog.actions.capability.settings import (
+    CapabilitySettings,
+    DemandPolicy,
+    QueuePolicy,
+    SharePolicy,
+)
 
 __all__ = ["CapabilitySettings", "DemandPolicy", "QueuePolicy", "SharePolicy"]

@@ -14,7 +14,7 @@ from pydantic import BaseModel
 from sqlalchemy import Engine
 from sqlalchemy.orm import Session
 
-from volcano_monitor.watchdog.capability import store
+from volcano_monitor.watchdog.actions.capability import store
 
 
 class CapabilitySource(Protocol):

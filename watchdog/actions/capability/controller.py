@@ -29,7 +29,9 @@ from sqlalchemy.exc import SQLAlchemyError
 from sqlalchemy.orm import Session
 
 from volcano_monitor.core.kube.informer import DELETED
+from volcano_monitor.core.kube.leaderelection import Leadership
 from volcano_monitor.core.kube.resources import NODES, PODGROUPS, PODS, QUEUES
+from volcano_monitor.core.kube.rest import ApiUnavailable
 from volcano_monitor.core.model import (
     Node,
     Pod,
@@ -42,8 +44,8 @@ from volcano_monitor.core.model import (
     res_dict,
 )
 from volcano_monitor.core.podview import is_volcano_pod
-from volcano_monitor.watchdog.capability import kube, store
-from volcano_monitor.watchdog.capability.guardrails import (
+from volcano_monitor.watchdog.actions.capability import kube, store
+from volcano_monitor.watchdog.actions.capability.guardrails import (
     Limits,
     QueuePlan,
     format_quantity,
@@ -51,11 +53,10 @@ from volcano_monitor.watchdog.capability.guardrails import (
     parent_limits,
     plan_queue,
 )
-from volcano_monitor.watchdog.capability.policy import Target, demand_target, pending_requests, share_target
-from volcano_monitor.watchdog.capability.settings import CapabilitySettings, QueuePolicy
-from volcano_monitor.watchdog.capability.store import APPLIED, DRY_RUN, CapabilityChange
-from volcano_monitor.watchdog.controlloop import ControlLoop
-from volcano_monitor.watchdog.leader import ApiUnavailable, Leadership
+from volcano_monitor.watchdog.actions.capability.policy import Target, demand_target, pending_requests, share_target
+from volcano_monitor.watchdog.actions.capability.settings import CapabilitySettings, QueuePolicy
+from volcano_monitor.watchdog.actions.capability.store import APPLIED, DRY_RUN, CapabilityChange
+from volcano_monitor.watchdog.actions.controlloop import ControlLoop
 
 log = logging.getLogger(__name__)
 

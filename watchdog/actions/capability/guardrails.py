@@ -23,8 +23,8 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
-from volcano_monitor.watchdog.capability.policy import Target
-from volcano_monitor.watchdog.capability.settings import CapabilitySettings
+from volcano_monitor.watchdog.actions.capability.policy import Target
+from volcano_monitor.watchdog.actions.capability.settings import CapabilitySettings
 
 MI = 2**20
 _EPS = 1e-9

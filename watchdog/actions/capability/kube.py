@@ -12,9 +12,9 @@ from typing import Any
 from kubernetes import client
 
 from volcano_monitor.core.kube.resources import EVENTS, QUEUES
+from volcano_monitor.core.kube.rest import request_json
 from volcano_monitor.core.model import Queue, parse_queue
-from volcano_monitor.watchdog.capability.guardrails import format_quantity
-from volcano_monitor.watchdog.leader import request_json
+from volcano_monitor.watchdog.actions.capability.guardrails import format_quantity
 
 log = logging.getLogger(__name__)
 

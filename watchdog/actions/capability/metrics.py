@@ -9,8 +9,15 @@ from __future__ import annotations
 
 from typing import Protocol
 
+from volcano_monitor.core.exposition import COUNTER, Family
 from volcano_monitor.core.model import res_from
-from volcano_monitor.watchdog.metrics import CAPABILITY_TARGET, CAPABILITY_UPDATES
+
+CAPABILITY_TARGET = Family("volcano_watchdog_queue_capability_target",
+                           "Capability the queue's policy plans, per resource (unit: cores, bytes or devices).",
+                           ("queue", "resource", "unit"))
+CAPABILITY_UPDATES = Family("volcano_watchdog_queue_capability_updates_total",
+                            "Capability plans by outcome: applied, dry_run, unchanged, held (guardrail), conflict "
+                            "(409, retried), failed.", ("queue", "outcome"), COUNTER)
 
 
 class CapabilityCounters(Protocol):

@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from volcano_monitor.core.model import Node, Pod
-from volcano_monitor.watchdog.capability.settings import DemandPolicy, SharePolicy, demand_kind
+from volcano_monitor.watchdog.actions.capability.settings import DemandPolicy, SharePolicy, demand_kind
 
 BucketUsage = Mapping[str, float]  # one rollup bucket of one queue: {"cpu": cores, "memory": bytes, "gpu": GPUs}
 

@@ -15,10 +15,10 @@ from sqlalchemy import Table, bindparam, case, func, select, text
 from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.orm import Session
 
-from volcano_monitor.watchdog.capability.guardrails import QueuePlan
-from volcano_monitor.watchdog.db.models import CapabilityChange as ChangeRow
-from volcano_monitor.watchdog.db.models import CapabilityPlan as PlanRow
-from volcano_monitor.watchdog.db.models import UsageRollup, UsageRollupHourly, UTCDateTime
+from volcano_monitor.watchdog.actions.capability.guardrails import QueuePlan
+from volcano_monitor.watchdog.state.db.models import CapabilityChange as ChangeRow
+from volcano_monitor.watchdog.state.db.models import CapabilityPlan as PlanRow
+from volcano_monitor.watchdog.state.db.models import UsageRollup, UsageRollupHourly, UTCDateTime
 
 APPLIED, DRY_RUN = "applied", "dry_run"
 HOURLY_SECONDS = 3600  # the downsampled rows' bucket (watchdog.retention.HOUR)

@@ -33,14 +33,14 @@ from sqlalchemy.exc import SQLAlchemyError
 from sqlalchemy.orm import Session
 
 from volcano_monitor.core.kube.resources import EVENTS, JOBS, ResourceKind
-from volcano_monitor.watchdog.db.models import Alert, GpuIdleAbortRow
-from volcano_monitor.watchdog.detectors.base import fingerprint
-from volcano_monitor.watchdog.detectors.gpuidle import GPU_IDLE
-from volcano_monitor.watchdog.gpuidle.settings import GpuIdleSettings
-from volcano_monitor.watchdog.leader import ApiUnavailable, request_json
-from volcano_monitor.watchdog.notify.message import AlertItem, rfc3339
-from volcano_monitor.watchdog.notify.outbox import NOTICE_LABEL, Outbox
-from volcano_monitor.watchdog.notify.sender import Leader
+from volcano_monitor.core.kube.rest import ApiUnavailable, request_json
+from volcano_monitor.watchdog.actions.gpu_idle.settings import GpuIdleSettings
+from volcano_monitor.watchdog.actions.notify.message import AlertItem, rfc3339
+from volcano_monitor.watchdog.actions.notify.outbox import NOTICE_LABEL, Outbox
+from volcano_monitor.watchdog.actions.notify.sender import Leader
+from volcano_monitor.watchdog.findings.detectors.gpuidle import GPU_IDLE
+from volcano_monitor.watchdog.state.db.models import Alert, GpuIdleAbortRow
+from volcano_monitor.watchdog.state.signals import fingerprint
 
 log = logging.getLogger(__name__)
 

@@ -16,9 +16,9 @@ from pydantic import BaseModel
 from sqlalchemy import Engine, func, select
 from sqlalchemy.orm import Session
 
-from volcano_monitor.watchdog.db.models import GpuIdleAbortRow
-from volcano_monitor.watchdog.gpuidle.settings import GpuIdleSettings
-from volcano_monitor.watchdog.gpuidle.tracker import NO_GPU_DATA, JobGpu
+from volcano_monitor.watchdog.actions.gpu_idle.settings import GpuIdleSettings
+from volcano_monitor.watchdog.state.db.models import GpuIdleAbortRow
+from volcano_monitor.watchdog.state.gpu_idle import NO_GPU_DATA, JobGpu
 
 
 class JobGpuOut(BaseModel):

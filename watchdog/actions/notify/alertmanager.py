@@ -13,8 +13,8 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
-from volcano_monitor.watchdog.detectors.base import SEVERITIES
-from volcano_monitor.watchdog.notify.message import AlertItem, rfc3339
+from volcano_monitor.watchdog.actions.notify.message import AlertItem, rfc3339
+from volcano_monitor.watchdog.state.signals import SEVERITIES
 
 __all__ = ["AlertmanagerAlert", "AlertmanagerPayload", "items"]
 

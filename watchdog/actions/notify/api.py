@@ -17,10 +17,10 @@ from sqlalchemy import CursorResult, Engine, select, update
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Session
 
-from volcano_monitor.watchdog.db.models import NotificationDelivery, Silence
-from volcano_monitor.watchdog.notify.alertmanager import AlertmanagerPayload, items
-from volcano_monitor.watchdog.notify.outbox import DEAD, PENDING, Outbox
-from volcano_monitor.watchdog.notify.routing import parse_matcher
+from volcano_monitor.core.matchers import parse_matcher
+from volcano_monitor.watchdog.actions.notify.alertmanager import AlertmanagerPayload, items
+from volcano_monitor.watchdog.actions.notify.outbox import DEAD, PENDING, Outbox
+from volcano_monitor.watchdog.state.db.models import NotificationDelivery, Silence
 
 __all__ = ["add_notification_routes"]
 

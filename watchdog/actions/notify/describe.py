@@ -6,8 +6,10 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
-from volcano_monitor.watchdog.db.models import Alert
-from volcano_monitor.watchdog.detectors.base import (
+from volcano_monitor.watchdog.actions.notify.message import AlertItem, rfc3339
+from volcano_monitor.watchdog.findings.recommendations.book import Recommendation
+from volcano_monitor.watchdog.state.db.models import Alert
+from volcano_monitor.watchdog.state.signals import (
     GPU_STRANDED,
     JOB_FAILED,
     JOB_IDLE,
@@ -16,8 +18,6 @@ from volcano_monitor.watchdog.detectors.base import (
     POD_OOM_KILLED,
     POD_REJECTED,
 )
-from volcano_monitor.watchdog.notify.message import AlertItem, rfc3339
-from volcano_monitor.watchdog.recommend import Recommendation
 
 __all__ = ["alert_item", "format_bytes", "reasons", "recommendation_text"]
 

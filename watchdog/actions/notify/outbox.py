@@ -34,18 +34,17 @@ from sqlalchemy import ColumnElement, and_, delete, exists, func, select, update
 from sqlalchemy.orm import Session, aliased
 from sqlalchemy.orm.attributes import set_committed_value
 
-from volcano_monitor.watchdog.db.models import NotificationDelivery, NotificationEntry, NotificationGroup, Silence
-from volcano_monitor.watchdog.notify.message import AlertItem, Message, MessageMentions
-from volcano_monitor.watchdog.notify.routing import (
-    Matcher,
+from volcano_monitor.core.matchers import Matcher, parse_matcher
+from volcano_monitor.watchdog.actions.notify.message import AlertItem, Message, MessageMentions
+from volcano_monitor.watchdog.actions.notify.routing import (
     Placement,
     ResolvedRoute,
     group_key,
     match_routes,
-    parse_matcher,
     resolve_tree,
 )
-from volcano_monitor.watchdog.notify.settings import Notifications
+from volcano_monitor.watchdog.actions.notify.settings import Notifications
+from volcano_monitor.watchdog.state.db.models import NotificationDelivery, NotificationEntry, NotificationGroup, Silence
 
 __all__ = ["DEAD", "PENDING", "SENDING", "SENT", "UNCERTAIN", "GroupContended", "Outbox", "alert_labels"]
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from datetime import UTC, datetime
 
-from volcano_monitor.watchdog.notify.message import AlertItem, Message, rfc3339
+from volcano_monitor.watchdog.actions.notify.message import AlertItem, Message, rfc3339
 
 
 def sample_message(receiver: str, grafana_url: str | None = None, api_url: str | None = None) -> Message:

@@ -32,13 +32,13 @@ from sqlalchemy.exc import SQLAlchemyError
 from sqlalchemy.orm import Session
 
 from volcano_monitor.core.backoff import Backoff
-from volcano_monitor.watchdog.db.engine import describe_error
-from volcano_monitor.watchdog.leader import AlwaysLeader
-from volcano_monitor.watchdog.notify import outbox
-from volcano_monitor.watchdog.notify.channels import Channel, SendResult, build_channel, send
-from volcano_monitor.watchdog.notify.message import Message
-from volcano_monitor.watchdog.notify.outbox import DEAD, PENDING, SENT, UNCERTAIN, Outbox
-from volcano_monitor.watchdog.notify.settings import Delivery
+from volcano_monitor.core.kube.leaderelection import AlwaysLeader
+from volcano_monitor.watchdog.actions.notify import outbox
+from volcano_monitor.watchdog.actions.notify.channels import Channel, SendResult, build_channel, send
+from volcano_monitor.watchdog.actions.notify.message import Message
+from volcano_monitor.watchdog.actions.notify.outbox import DEAD, PENDING, SENT, UNCERTAIN, Outbox
+from volcano_monitor.watchdog.actions.notify.settings import Delivery
+from volcano_monitor.watchdog.state.db.engine import describe_error
 
 __all__ = ["Leader", "Notifier", "RateLimiter"]
 

@@ -7,34 +7,12 @@ Durations are written as Alertmanager writes them (`30s`, `5m`, `4h`, `1h30m`) o
 
 from __future__ import annotations
 
-import re
 from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, SecretStr, field_validator, model_validator
 
-_DURATION = re.compile(r"^(?:(\d+(?:\.\d+)?)(ms|s|m|h|d|w))+$")
-_PART = re.compile(r"(\d+(?:\.\d+)?)(ms|s|m|h|d|w)")
-_UNIT_SECONDS = {"ms": 0.001, "s": 1, "m": 60, "h": 3600, "d": 86400, "w": 604800}
-
-
-def parse_duration(value: Any) -> float:
-    """Seconds from `30s` / `1h30m` / a number; ValueError naming the value otherwise."""
-    if isinstance(value, bool):
-        raise ValueError(f"not a duration: {value!r}")
-    if isinstance(value, int | float):
-        seconds = float(value)
-    elif isinstance(value, str) and _DURATION.match(value.strip()):
-        seconds = sum(float(n) * _UNIT_SECONDS[u] for n, u in _PART.findall(value.strip()))
-    elif isinstance(value, str):
-        try:
-            seconds = float(value)
-        except ValueError:
-            raise ValueError(f"not a duration (like 30s, 5m, 4h): {value!r}") from None
-    else:
-        raise ValueError(f"not a duration: {value!r}")
-    if seconds < 0 or seconds != seconds:
-        raise ValueError(f"duration must be >= 0: {value!r}")
-    return seconds
+from volcano_monitor.core.flags import parse_duration
+from volcano_monitor.core.matchers import parse_matcher
 
 
 class _Section(BaseModel):
@@ -189,7 +167,6 @@ class Notifications(_Section):
         def check(route: Route, path: str) -> None:
             if route.receiver is not None and route.receiver not in names:
                 raise ValueError(f"{path}.receiver: no receiver named {route.receiver!r}")
-            from volcano_monitor.watchdog.notify.routing import parse_matcher  # late: routing imports these models
 
             for text in route.matchers:
                 parse_matcher(text)  # ValueError names the matcher
@@ -198,18 +175,6 @@ class Notifications(_Section):
 
         check(self.route, "route")
         return self
-
-
-class LeaderElection(_Section):
-    """Several replicas elect one leader with a coordination.k8s.io Lease; only the leader sends
-    messages and patches queues. Off: this replica acts as the leader."""
-
-    enabled: bool = Field(default=False, description="Take part in leader election.")
-    namespace: str = Field(default="default", description="Namespace of the Lease (the chart sets its own).")
-    lease_name: str = Field(default="volcano-watchdog", description="Name of the Lease.")
-    identity: str | None = Field(default=None, description="This replica's name in the Lease (default: hostname).")
-    lease_duration_seconds: float = Field(default=15, gt=0, description="A leader silent this long is replaced.")
-    renew_interval_seconds: float = Field(default=5, gt=0, description="How often the leader renews.")
 
 
 ChannelKind = Literal["slack", "feishu", "dingtalk", "wecom", "teams", "webhook"]

@@ -3,6 +3,6 @@ were OOM-killed, the leader resubmits it as `<name>-oom<N>` with more memory for
 containers, up to `max_attempts` per lineage, and records every decision (database, Event on the
 Job, one chat notice, `volcano_watchdog_oom_resubmissions_total`)."""
 
-from volcano_monitor.watchdog.oomscale.settings import OomScaleUpSettings
+from volcano_monitor.watchdog.actions.oomscale.settings import OomScaleUpSettings
 
 __all__ = ["OomScaleUpSettings"]

@@ -13,12 +13,18 @@ from pydantic import BaseModel
 from sqlalchemy import Engine
 from sqlalchemy.orm import Session
 
-from volcano_monitor.watchdog.detectors.base import fingerprint
-from volcano_monitor.watchdog.metrics import OOM_RESUBMISSIONS
-from volcano_monitor.watchdog.notify.message import AlertItem, rfc3339
-from volcano_monitor.watchdog.notify.outbox import NOTICE_LABEL, Outbox
-from volcano_monitor.watchdog.oomscale import store
-from volcano_monitor.watchdog.oomscale.controller import Decision, Notify, describe
+from volcano_monitor.core.exposition import COUNTER, Family
+from volcano_monitor.watchdog.actions.notify.message import AlertItem, rfc3339
+from volcano_monitor.watchdog.actions.notify.outbox import NOTICE_LABEL, Outbox
+from volcano_monitor.watchdog.actions.oomscale import store
+from volcano_monitor.watchdog.actions.oomscale.controller import Decision, Notify, describe
+from volcano_monitor.watchdog.state.signals import fingerprint
+
+OOM_RESUBMISSIONS = Family("volcano_watchdog_oom_resubmissions_total",
+                           "OOM auto scale-up decisions by outcome: applied (Job created), dry_run (recorded only), "
+                           "capped (no room to grow), exhausted (max_attempts reached), failed (create refused).",
+                           ("namespace", "outcome"), COUNTER)
+
 
 NOTICE_KIND = "OOMScaleUp"
 

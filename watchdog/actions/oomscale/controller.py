@@ -33,15 +33,16 @@ from sqlalchemy.exc import IntegrityError, SQLAlchemyError
 from sqlalchemy.orm import Session
 
 from volcano_monitor.core.kube.informer import DELETED
+from volcano_monitor.core.kube.leaderelection import Leadership
 from volcano_monitor.core.kube.resources import JOBS, PODS, QUEUES
+from volcano_monitor.core.kube.rest import ApiUnavailable
 from volcano_monitor.core.model import Pod, Queue, parse_pod, parse_queue, res_dict
 from volcano_monitor.core.podview import is_volcano_pod
-from volcano_monitor.watchdog.controlloop import ControlLoop
-from volcano_monitor.watchdog.db.models import OomResubmission
-from volcano_monitor.watchdog.leader import ApiUnavailable, Leadership
-from volcano_monitor.watchdog.oomscale import kube, plan, store
-from volcano_monitor.watchdog.oomscale.settings import OomScaleUpSettings
-from volcano_monitor.watchdog.oomscale.store import APPLIED, CAPPED, DRY_RUN, EXHAUSTED, FAILED, PENDING
+from volcano_monitor.watchdog.actions.controlloop import ControlLoop
+from volcano_monitor.watchdog.actions.oomscale import kube, plan, store
+from volcano_monitor.watchdog.actions.oomscale.settings import OomScaleUpSettings
+from volcano_monitor.watchdog.actions.oomscale.store import APPLIED, CAPPED, DRY_RUN, EXHAUSTED, FAILED, PENDING
+from volcano_monitor.watchdog.state.db.models import OomResubmission
 
 log = logging.getLogger(__name__)
 

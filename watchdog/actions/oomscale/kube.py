@@ -11,7 +11,7 @@ from typing import Any
 from kubernetes import client
 
 from volcano_monitor.core.kube.resources import EVENTS, JOBS
-from volcano_monitor.watchdog.leader import ApiUnavailable, request_json
+from volcano_monitor.core.kube.rest import ApiUnavailable, request_json
 
 log = logging.getLogger(__name__)
 

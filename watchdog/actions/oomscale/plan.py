@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from volcano_monitor.core.quantity import parse_quantity
-from volcano_monitor.watchdog.oomscale.settings import OomScaleUpSettings
+from volcano_monitor.watchdog.actions.oomscale.settings import OomScaleUpSettings
 
 OPT = "volcano-monitor/oom-scale-up"  # "true": opt in, "false": opt out
 SCALED_FROM = "volcano-monitor/scaled-from"  # the Job this one was resubmitted from

@@ -7,7 +7,7 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
-from volcano_monitor.watchdog.capability.settings import Quantity
+from volcano_monitor.watchdog.actions.capability.settings import Quantity
 
 MIB = 2**20
 

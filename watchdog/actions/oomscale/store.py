@@ -9,7 +9,7 @@ from typing import Any
 from sqlalchemy import func, select
 from sqlalchemy.orm import Session
 
-from volcano_monitor.watchdog.db.models import OomResubmission, UsageRollup
+from volcano_monitor.watchdog.state.db.models import OomResubmission, UsageRollup
 
 PENDING, APPLIED, DRY_RUN, CAPPED, EXHAUSTED, FAILED = "pending", "applied", "dry_run", "capped", "exhausted", "failed"
 OUTCOMES = (APPLIED, DRY_RUN, CAPPED, EXHAUSTED, FAILED)

@@ -5,11 +5,11 @@ condition that holds. `watchdog.alerts.AlertBook` turns signals into stored aler
 Detectors are not thread-safe: feed them and call `check()` from one thread (events from the
 informers' threads are handed to that thread), as with every database write."""
 
-from volcano_monitor.watchdog.detectors.base import ONCE_PER_RUN_KINDS, Signal, fingerprint
-from volcano_monitor.watchdog.detectors.failure import FailureDetector
-from volcano_monitor.watchdog.detectors.gang import GangDetector
-from volcano_monitor.watchdog.detectors.queue import QueueDetector
-from volcano_monitor.watchdog.detectors.waste import WasteDetector
+from volcano_monitor.watchdog.findings.detectors.failure import FailureDetector
+from volcano_monitor.watchdog.findings.detectors.gang import GangDetector
+from volcano_monitor.watchdog.findings.detectors.queue import QueueDetector
+from volcano_monitor.watchdog.findings.detectors.waste import WasteDetector
+from volcano_monitor.watchdog.state.signals import ONCE_PER_RUN_KINDS, Signal, fingerprint
 
 __all__ = ["ONCE_PER_RUN_KINDS", "FailureDetector", "GangDetector", "QueueDetector", "Signal", "WasteDetector",
            "fingerprint"]

@@ -28,8 +28,8 @@ from collections import OrderedDict
 from typing import Any
 
 from volcano_monitor.core.model import JOB_TERMINAL_PHASES, Job, Pod, res_get
-from volcano_monitor.watchdog.config import Detectors
-from volcano_monitor.watchdog.detectors.base import (
+from volcano_monitor.watchdog.findings.detectors.settings import Detectors
+from volcano_monitor.watchdog.state.signals import (
     JOB_FAILED,
     JOB_RETRYING,
     POD_OOM_KILLED,

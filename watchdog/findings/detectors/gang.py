@@ -39,9 +39,9 @@ from typing import Any, NamedTuple
 
 from volcano_monitor.core.model import Job, PodGroup, Resources, res_add, res_dict
 from volcano_monitor.core.podview import Pod
-from volcano_monitor.watchdog.config import Detectors
-from volcano_monitor.watchdog.detectors.base import GANG_UNSCHEDULABLE, PARTIAL_GANG, Signal, fingerprint
-from volcano_monitor.watchdog.events import SchedulerNotes
+from volcano_monitor.watchdog.findings.detectors.settings import Detectors
+from volcano_monitor.watchdog.state.events import SchedulerNotes
+from volcano_monitor.watchdog.state.signals import GANG_UNSCHEDULABLE, PARTIAL_GANG, Signal, fingerprint
 
 __all__ = ["Blocked", "GangDetector"]
 

@@ -23,10 +23,10 @@ from datetime import datetime
 from sqlalchemy import select
 from sqlalchemy.orm import Session
 
-from volcano_monitor.watchdog.db.models import Alert
-from volcano_monitor.watchdog.detectors.base import Signal, fingerprint
-from volcano_monitor.watchdog.gpuidle.settings import GpuIdleSettings
-from volcano_monitor.watchdog.gpuidle.tracker import IDLE, NO_GPU_DATA, GpuIdleTracker, JobGpu
+from volcano_monitor.watchdog.actions.gpu_idle.settings import GpuIdleSettings
+from volcano_monitor.watchdog.state.db.models import Alert
+from volcano_monitor.watchdog.state.gpu_idle import IDLE, NO_GPU_DATA, GpuIdleTracker, JobGpu
+from volcano_monitor.watchdog.state.signals import Signal, fingerprint
 
 __all__ = ["GPU_IDLE", "GPU_NO_DATA", "GpuIdleDetector"]
 

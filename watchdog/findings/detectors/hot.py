@@ -18,10 +18,10 @@ from dataclasses import dataclass
 from typing import Any
 
 from volcano_monitor.core.model import Node, res_get
-from volcano_monitor.watchdog.cluster import ClusterIndex
-from volcano_monitor.watchdog.detectors.base import NODE_HOT, Signal, fingerprint
-from volcano_monitor.watchdog.node_settings import NodeHotSettings
-from volcano_monitor.watchdog.nodes import NodePod, NodeTable, NodeUsage
+from volcano_monitor.watchdog.findings.detectors.settings import NodeHotSettings
+from volcano_monitor.watchdog.state.cluster import ClusterIndex
+from volcano_monitor.watchdog.state.nodes import NodePod, NodeTable, NodeUsage
+from volcano_monitor.watchdog.state.signals import NODE_HOT, Signal, fingerprint
 
 __all__ = ["NodeHotDetector", "hot_resources"]
 

@@ -25,8 +25,8 @@ from typing import NamedTuple
 
 from volcano_monitor.core.model import PodGroup, Queue, Resources, res_dict, res_get
 from volcano_monitor.core.podview import Pod
-from volcano_monitor.watchdog.config import Detectors
-from volcano_monitor.watchdog.detectors.base import QUEUE_STARVED, Signal, fingerprint
+from volcano_monitor.watchdog.findings.detectors.settings import Detectors
+from volcano_monitor.watchdog.state.signals import QUEUE_STARVED, Signal, fingerprint
 
 __all__ = ["QueueDetector"]
 

@@ -72,3 +72,37 @@ class NodeHotSettings(_Section):
         default=30, gt=0, description="Seconds between NodeMetrics polls; usage older than 3 of them (+1 min) is "
                                       "not judged, whatever the source.")
     max_pods_listed: int = Field(default=10, ge=1, le=100, description="Pods listed in one alert.")
+
+
+class Detectors(_Section):
+    """Thresholds and windows of the failure and waste detectors (DESIGN §5)."""
+
+    gang_unschedulable_seconds: float = Field(
+        default=600, ge=0,
+        description="A PodGroup Pending or Inqueue this long, no pod placed, raises GangUnschedulable (not when it "
+                    "only waits for its queue or the cluster to free up: that is QueueStarved)."
+    )
+    partial_gang_seconds: float = Field(
+        default=600, ge=0, description="Some pods running while the gang is incomplete this long raises PartialGang."
+    )
+    idle_window_seconds: float = Field(default=1800, gt=0, description="Window over which JobIdle looks at usage.")
+    idle_cpu_ratio: float = Field(
+        default=0.05, gt=0, le=1, description="JobIdle when CPU used / requested stays below."
+    )
+    idle_gpu_util_percent: float = Field(
+        default=5, ge=0, le=100, description="JobIdle (GPU) when GPU util stays below."
+    )
+    over_requested_ratio: float = Field(
+        default=0.25, gt=0, le=1, description="OverRequested when a finished job used less than this of its request."
+    )
+    over_requested_min_seconds: float = Field(
+        default=600, ge=0, description="OverRequested only for jobs that ran at least this long."
+    )
+    queue_starved_seconds: float = Field(
+        default=900, ge=0,
+        description="QueueStarved when demand that would fit alone waits this long because its queue (or an "
+                    "ancestor) is at capability or the cluster (root queue's deserved) is full."
+    )
+    retrying_min_retries: int = Field(default=1, ge=1, description="JobRetrying from this many retries.")
+    gpu_stranded: GpuStrandedSettings = GpuStrandedSettings()
+    node_hot: NodeHotSettings = NodeHotSettings()

@@ -29,15 +29,21 @@ from typing import Any
 from sqlalchemy import select
 from sqlalchemy.orm import Session
 
+from volcano_monitor.core.exposition import Family
 from volcano_monitor.core.model import Node, res_get
-from volcano_monitor.watchdog.cluster import ClusterIndex, gpu_count
-from volcano_monitor.watchdog.db.models import Alert
-from volcano_monitor.watchdog.detectors.base import GPU_STRANDED, Signal, fingerprint
-from volcano_monitor.watchdog.metrics import NODE_STRANDED_GPUS
-from volcano_monitor.watchdog.node_settings import GpuStrandedSettings
-from volcano_monitor.watchdog.nodes import NodePod, NodeTable
+from volcano_monitor.watchdog.findings.detectors.settings import GpuStrandedSettings
+from volcano_monitor.watchdog.state.cluster import ClusterIndex, gpu_count
+from volcano_monitor.watchdog.state.db.models import Alert
+from volcano_monitor.watchdog.state.nodes import NodePod, NodeTable
+from volcano_monitor.watchdog.state.signals import GPU_STRANDED, Signal, fingerprint
 
 __all__ = ["GpuStrandedDetector", "NodeLoad", "node_load", "render_stranded_metrics", "stranded_gpus", "usable_gpus"]
+
+NODE_STRANDED_GPUS = Family("volcano_watchdog_node_stranded_gpus",
+                            "Free GPUs of a Ready, schedulable GPU node that no GPU pod of the configured shape can "
+                            "use because pods requesting no GPU hold its CPU or memory (GpuStranded); 0 for the "
+                            "other GPU nodes. Served by the leader, which runs the check.", ("node",))
+
 
 EPSILON = 1e-9
 MAX_STEP_SECONDS = 300.0  # a gap between checks (no leader, database down) counts at most this much

@@ -30,10 +30,10 @@ from typing import Any
 from sqlalchemy import and_, func, or_, select
 from sqlalchemy.orm import Session
 
-from volcano_monitor.watchdog.config import Detectors
-from volcano_monitor.watchdog.db.models import Alert, JobRun, UsageRollup
-from volcano_monitor.watchdog.detectors.base import JOB_IDLE, OVER_REQUESTED, Signal, fingerprint
-from volcano_monitor.watchdog.ledger import ended_at, run_seconds
+from volcano_monitor.watchdog.findings.detectors.settings import Detectors
+from volcano_monitor.watchdog.state.db.models import Alert, JobRun, UsageRollup
+from volcano_monitor.watchdog.state.ledger import ended_at, run_seconds
+from volcano_monitor.watchdog.state.signals import JOB_IDLE, OVER_REQUESTED, Signal, fingerprint
 
 __all__ = ["MIN_COVERAGE", "WasteDetector"]
 

@@ -44,21 +44,33 @@ import orjson
 from sqlalchemy import Engine, select
 from sqlalchemy.orm import Session
 
-from volcano_monitor.watchdog.cluster import ClusterIndex
-from volcano_monitor.watchdog.config import PrometheusSource, Recommendations
-from volcano_monitor.watchdog.db.models import WorkloadBackfill, WorkloadHistogram
-from volcano_monitor.watchdog.metrics import BACKFILL_ERRORS, BACKFILL_SAMPLES, BACKFILL_WORKLOADS
-from volcano_monitor.watchdog.recommend import HistogramBook, history_days
-from volcano_monitor.watchdog.usage.backfill_queries import (
+from volcano_monitor.core.exposition import COUNTER, Family
+from volcano_monitor.watchdog.findings.recommendations.backfill_queries import (
     Attributor,
     Workload,
     batch_selector,
     cpu_range_query,
     memory_peak_query,
 )
-from volcano_monitor.watchdog.usage.prometheus import QueryError
+from volcano_monitor.watchdog.findings.recommendations.book import HistogramBook, history_days
+from volcano_monitor.watchdog.findings.recommendations.settings import Recommendations
+from volcano_monitor.watchdog.sources.prometheus import QueryError
+from volcano_monitor.watchdog.sources.settings import PrometheusSource
+from volcano_monitor.watchdog.state.cluster import ClusterIndex
+from volcano_monitor.watchdog.state.db.models import WorkloadBackfill, WorkloadHistogram
 
 log = logging.getLogger(__name__)
+
+BACKFILL_WORKLOADS = Family("volcano_watchdog_backfill_workloads_total",
+                            "Workloads whose recommendation history this replica back-filled from Prometheus "
+                            "(sources.prometheus.backfill; recorded, never twice).", (), COUNTER)
+BACKFILL_SAMPLES = Family("volcano_watchdog_backfill_samples_total",
+                          "Usage samples (one-a-minute equivalents) the back-fill added to the histograms.", (),
+                          COUNTER)
+BACKFILL_ERRORS = Family("volcano_watchdog_backfill_query_errors_total",
+                         "Back-fill queries Prometheus did not answer usefully, by cause (connection, http_<code>, "
+                         "query, decode); the next pass tries those workloads again.", ("cause",), COUNTER)
+
 
 MEMORY_POINTS_PER_QUERY = 1000
 Key = tuple[str, str, str, str]  # namespace, workload, task, container

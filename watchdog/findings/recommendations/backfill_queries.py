@@ -20,7 +20,7 @@ import re
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
-from volcano_monitor.watchdog.usage.prometheus import CONTAINER_MATCHERS, promql_string, regex_literal
+from volcano_monitor.watchdog.sources.prometheus import CONTAINER_MATCHERS, promql_string, regex_literal
 
 # The run suffixes watchdog.workload strips (a generated 4-5 character suffix, numeric date/time parts).
 RUN_SUFFIX = r"(-[bcdfghjklmnpqrstvwxz0-9]{4,5}|(-[0-9]+)+)?"

@@ -23,13 +23,17 @@ import orjson
 from sqlalchemy import and_, delete, or_, select
 from sqlalchemy.orm import Session
 
-from volcano_monitor.watchdog.config import Recommendations
-from volcano_monitor.watchdog.db.models import WorkloadHistogram
-from volcano_monitor.watchdog.histogram import cpu_histogram, memory_histogram
-from volcano_monitor.watchdog.recommend_math import SAMPLES_PER_DAY, Estimate, history_days, oom_bump, recommend
-from volcano_monitor.watchdog.recommend_output import format_cpu, format_memory, render
-from volcano_monitor.watchdog.recommend_policy import ContainerSpec, Recommendation
-from volcano_monitor.watchdog.recommend_store import (
+from volcano_monitor.watchdog.findings.recommendations.formulas import (
+    SAMPLES_PER_DAY,
+    Estimate,
+    history_days,
+    oom_bump,
+    recommend,
+)
+from volcano_monitor.watchdog.findings.recommendations.output import format_cpu, format_memory, render
+from volcano_monitor.watchdog.findings.recommendations.policy import ContainerSpec, Recommendation
+from volcano_monitor.watchdog.findings.recommendations.settings import Recommendations
+from volcano_monitor.watchdog.findings.recommendations.store import (
     COLUMNS,
     Entry,
     compute_recommendations,
@@ -39,6 +43,8 @@ from volcano_monitor.watchdog.recommend_store import (
     to_datetime,
     upsert,
 )
+from volcano_monitor.watchdog.state.db.models import WorkloadHistogram
+from volcano_monitor.watchdog.state.histogram import cpu_histogram, memory_histogram
 
 __all__ = ["SAMPLES_PER_DAY", "ContainerSpec", "Estimate", "HistogramBook", "Recommendation", "compute_recommendations",
            "format_cpu", "format_memory", "history_days", "oom_bump", "recommend", "render"]

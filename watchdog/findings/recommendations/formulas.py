@@ -27,8 +27,8 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
-from volcano_monitor.watchdog.config import Recommendations
-from volcano_monitor.watchdog.histogram import DecayingHistogram
+from volcano_monitor.watchdog.findings.recommendations.settings import Recommendations
+from volcano_monitor.watchdog.state.histogram import DecayingHistogram
 
 SAMPLES_PER_DAY = 1440.0  # one sample a minute counts as full sampling (as in VPA)
 FULL_CONFIDENCE_DAYS = 7.0

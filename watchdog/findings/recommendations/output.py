@@ -24,7 +24,7 @@ from typing import Any
 
 import yaml
 
-from volcano_monitor.watchdog.recommend_policy import Recommendation
+from volcano_monitor.watchdog.findings.recommendations.policy import Recommendation
 
 __all__ = ["OUTPUTS", "format_cpu", "format_memory", "render", "workload_patches"]
 

@@ -25,8 +25,8 @@ from datetime import datetime
 from fnmatch import fnmatchcase
 from typing import Any
 
-from volcano_monitor.watchdog.config import ContainerPolicy, Recommendations
-from volcano_monitor.watchdog.recommend_math import Estimate
+from volcano_monitor.watchdog.findings.recommendations.formulas import Estimate
+from volcano_monitor.watchdog.findings.recommendations.settings import ContainerPolicy, Recommendations
 
 __all__ = ["NOT_ENOUGH_HISTORY", "OK", "RESOURCES", "ContainerSpec", "Recommendation", "finish", "history_text",
            "policy_for", "proportional_limit"]

@@ -14,11 +14,11 @@ import orjson
 from sqlalchemy import Text, func, select, type_coerce
 from sqlalchemy.orm import Session
 
-from volcano_monitor.watchdog.config import Recommendations
-from volcano_monitor.watchdog.db.models import WorkloadHistogram
-from volcano_monitor.watchdog.histogram import DecayingHistogram, cpu_histogram, memory_histogram
-from volcano_monitor.watchdog.recommend_math import SAMPLES_PER_DAY, Estimate, recommend
-from volcano_monitor.watchdog.recommend_policy import ContainerSpec, Recommendation, finish
+from volcano_monitor.watchdog.findings.recommendations.formulas import SAMPLES_PER_DAY, Estimate, recommend
+from volcano_monitor.watchdog.findings.recommendations.policy import ContainerSpec, Recommendation, finish
+from volcano_monitor.watchdog.findings.recommendations.settings import Recommendations
+from volcano_monitor.watchdog.state.db.models import WorkloadHistogram
+from volcano_monitor.watchdog.state.histogram import DecayingHistogram, cpu_histogram, memory_histogram
 
 log = logging.getLogger(__name__)
 Key = tuple[str, str, str, str]

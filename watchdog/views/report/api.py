@@ -15,8 +15,8 @@ from fastapi import APIRouter, Depends, Query, Request, Response
 from fastapi.exceptions import RequestValidationError
 from sqlalchemy.orm import Session
 
-from volcano_monitor.watchdog.report.compute import compute_report, parse_moment
-from volcano_monitor.watchdog.report.render import render
+from volcano_monitor.watchdog.views.report.compute import compute_report, parse_moment
+from volcano_monitor.watchdog.views.report.render import render
 
 MEDIA_TYPES = {"json": "application/json", "csv": "text/csv; charset=utf-8", "html": "text/html; charset=utf-8",
                "md": "text/markdown; charset=utf-8", "table": "text/plain; charset=utf-8"}

@@ -23,9 +23,9 @@ from typing import Any, Literal
 from sqlalchemy import and_, func, or_, select
 from sqlalchemy.orm import Session
 
-from volcano_monitor.watchdog.db.models import Alert, JobRun
-from volcano_monitor.watchdog.detectors.failure import FAILED_PHASES
-from volcano_monitor.watchdog.ledger import ended_at
+from volcano_monitor.watchdog.findings.detectors.failure import FAILED_PHASES
+from volcano_monitor.watchdog.state.db.models import Alert, JobRun
+from volcano_monitor.watchdog.state.ledger import ended_at
 
 GroupBy = Literal["queue", "namespace"]
 GROUPINGS: tuple[GroupBy, ...] = ("queue", "namespace")
@@ -171,7 +171,7 @@ def parse_moment(text: str, now: datetime) -> datetime:
     """`7d` / `36h` / seconds: that long before `now`; else an ISO 8601 time (UTC when it names no zone).
     ValueError otherwise, also for a moment outside datetime's years 1..9999 (`99999999999d`, or
     `0001-01-01T00:00+01:00` in UTC), which raised OverflowError: a 500 from /api/v1/reports."""
-    from volcano_monitor.watchdog.notify.settings import parse_duration
+    from volcano_monitor.core.flags import parse_duration
 
     out_of_range = f"{text!r} is outside the years 1..9999"
     try:

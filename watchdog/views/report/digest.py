@@ -21,14 +21,14 @@ from sqlalchemy import Engine, select
 from sqlalchemy.exc import IntegrityError, SQLAlchemyError
 from sqlalchemy.orm import Session
 
-from volcano_monitor.watchdog.config import Digest, Reports
-from volcano_monitor.watchdog.db.engine import describe_error
-from volcano_monitor.watchdog.db.models import NotificationDelivery, NotificationGroup, ReportDigestSent
-from volcano_monitor.watchdog.notify.message import AlertItem, Message, rfc3339
-from volcano_monitor.watchdog.notify.outbox import FIRING, NOTICE_LABEL, PENDING
-from volcano_monitor.watchdog.notify.sender import Leader
-from volcano_monitor.watchdog.report.compute import Report, compute_report
-from volcano_monitor.watchdog.report.cron import parse_cron
+from volcano_monitor.core.cron import parse_cron
+from volcano_monitor.watchdog.actions.notify.message import AlertItem, Message, rfc3339
+from volcano_monitor.watchdog.actions.notify.outbox import FIRING, NOTICE_LABEL, PENDING
+from volcano_monitor.watchdog.actions.notify.sender import Leader
+from volcano_monitor.watchdog.state.db.engine import describe_error
+from volcano_monitor.watchdog.state.db.models import NotificationDelivery, NotificationGroup, ReportDigestSent
+from volcano_monitor.watchdog.views.report.compute import Report, compute_report
+from volcano_monitor.watchdog.views.report.settings import Digest, Reports
 
 __all__ = ["DigestScheduler", "digest_message", "due_period", "queue_digest", "report_link"]
 

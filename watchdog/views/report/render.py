@@ -15,7 +15,7 @@ import json
 from dataclasses import asdict
 from typing import Any
 
-from volcano_monitor.watchdog.report.compute import PERCENTILES, Group, Report
+from volcano_monitor.watchdog.views.report.compute import PERCENTILES, Group, Report
 
 FORMATS = ("table", "csv", "json", "html", "md")
 COLUMNS = ("group", "runs", "succeeded", "failed", "running",

@@ -1,5 +1,5 @@
 """The watchdog's web UI (server-rendered HTML at `/` and `/ui/...`): see `watchdog.ui.pages`."""
 
-from volcano_monitor.watchdog.ui.pages import ui_router
+from volcano_monitor.watchdog.views.ui.pages import ui_router
 
 __all__ = ["ui_router"]

@@ -24,7 +24,7 @@ from fastapi.responses import HTMLResponse, Response
 from fastapi.routing import APIRoute
 from fastapi.security import HTTPAuthorizationCredentials
 
-from volcano_monitor.watchdog.ui.html import esc, page
+from volcano_monitor.watchdog.views.ui.html import esc, page
 
 REALM = 'Basic realm="volcano-watchdog (user: anything, password: api_read_token)", charset="UTF-8"'
 

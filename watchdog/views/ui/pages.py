@@ -19,14 +19,14 @@ from pydantic import ValidationError
 from sqlalchemy import Engine, func, select
 from sqlalchemy.orm import Session
 
-from volcano_monitor.watchdog import api as wapi
-from volcano_monitor.watchdog import recommend
-from volcano_monitor.watchdog.capability import store
+from volcano_monitor.watchdog.actions.capability import store
+from volcano_monitor.watchdog.actions.notify.api import STATES, SilenceIn
 from volcano_monitor.watchdog.config import Settings
-from volcano_monitor.watchdog.db.models import Alert, JobRun, NotificationDelivery, Silence, UsageRollup
-from volcano_monitor.watchdog.notify.api import STATES, SilenceIn
-from volcano_monitor.watchdog.ui.forms import FormTokenRoute, error_page, form_of, refused_reader
-from volcano_monitor.watchdog.ui.html import (
+from volcano_monitor.watchdog.findings.recommendations import book as recommend
+from volcano_monitor.watchdog.state.db.models import Alert, JobRun, NotificationDelivery, Silence, UsageRollup
+from volcano_monitor.watchdog.views import api as wapi
+from volcano_monitor.watchdog.views.ui.forms import FormTokenRoute, error_page, form_of, refused_reader
+from volcano_monitor.watchdog.views.ui.html import (
     amount,
     amounts,
     chart,
@@ -40,7 +40,7 @@ from volcano_monitor.watchdog.ui.html import (
     table,
     when,
 )
-from volcano_monitor.watchdog.ui.recommendations import section
+from volcano_monitor.watchdog.views.ui.recommendations import section
 
 PAGE = 50
 Text = Annotated[str, Query(max_length=253, pattern=r"^[^\x00]*$")]
@@ -352,7 +352,7 @@ def _amounts(values: Any) -> str:
 
 def _title(message: Any) -> str:
     """The message's title, from the stored JSON (a malformed one shows as empty)."""
-    from volcano_monitor.watchdog.notify.message import Message
+    from volcano_monitor.watchdog.actions.notify.message import Message
 
     try:
         return Message.from_dict(message).title

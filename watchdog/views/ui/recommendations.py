@@ -15,9 +15,9 @@ from collections.abc import Callable, Sequence
 
 import yaml
 
-from volcano_monitor.watchdog.recommend_output import format_cpu, format_memory, job_patch
-from volcano_monitor.watchdog.recommend_policy import Recommendation
-from volcano_monitor.watchdog.ui.html import esc, table
+from volcano_monitor.watchdog.findings.recommendations.output import format_cpu, format_memory, job_patch
+from volcano_monitor.watchdog.findings.recommendations.policy import Recommendation
+from volcano_monitor.watchdog.views.ui.html import esc, table
 
 HEADERS = ("task", "container", "cpu now", "cpu", "cpu limit", "cpu range", "memory now", "memory", "memory limit",
            "memory range", "confidence", "samples", "capped by", "note")

@@ -3,14 +3,14 @@ posts one message through it and says whether (and how) it failed."""
 
 from __future__ import annotations
 
-from volcano_monitor.watchdog.notify.channels.base import Channel, Request, SendResult, send
-from volcano_monitor.watchdog.notify.channels.dingtalk import DingTalk
-from volcano_monitor.watchdog.notify.channels.feishu import Feishu
-from volcano_monitor.watchdog.notify.channels.slack import Slack
-from volcano_monitor.watchdog.notify.channels.teams import Teams
-from volcano_monitor.watchdog.notify.channels.webhook import JsonWebhook
-from volcano_monitor.watchdog.notify.channels.wecom import WeCom
-from volcano_monitor.watchdog.notify.settings import Receiver
+from volcano_monitor.watchdog.actions.notify.channels.base import Channel, Request, SendResult, send
+from volcano_monitor.watchdog.actions.notify.channels.dingtalk import DingTalk
+from volcano_monitor.watchdog.actions.notify.channels.feishu import Feishu
+from volcano_monitor.watchdog.actions.notify.channels.slack import Slack
+from volcano_monitor.watchdog.actions.notify.channels.teams import Teams
+from volcano_monitor.watchdog.actions.notify.channels.webhook import JsonWebhook
+from volcano_monitor.watchdog.actions.notify.channels.wecom import WeCom
+from volcano_monitor.watchdog.actions.notify.settings import Receiver
 
 __all__ = ["Channel", "DingTalk", "Feishu", "JsonWebhook", "Request", "SendResult", "Slack", "Teams", "WeCom",
            "build_channel", "send"]

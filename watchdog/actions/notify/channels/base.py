@@ -19,8 +19,8 @@ from urllib.parse import parse_qsl, urlsplit
 
 import httpx
 
-from volcano_monitor.watchdog.notify.channels.render import json_bytes
-from volcano_monitor.watchdog.notify.message import Message
+from volcano_monitor.watchdog.actions.notify.channels.render import json_bytes
+from volcano_monitor.watchdog.actions.notify.message import Message
 
 ERROR_CHARS = 300
 JSON_HEADERS = {"Content-Type": "application/json; charset=utf-8"}

@@ -15,8 +15,8 @@ import hmac
 from typing import Any
 from urllib.parse import quote_plus
 
-from volcano_monitor.watchdog.notify.channels.base import Channel, code_error, json_object
-from volcano_monitor.watchdog.notify.channels.render import (
+from volcano_monitor.watchdog.actions.notify.channels.base import Channel, code_error, json_object
+from volcano_monitor.watchdog.actions.notify.channels.render import (
     EMOJI,
     TITLE_CHARS,
     clip,
@@ -30,7 +30,7 @@ from volcano_monitor.watchdog.notify.channels.render import (
     ordered,
     view,
 )
-from volcano_monitor.watchdog.notify.message import Message
+from volcano_monitor.watchdog.actions.notify.message import Message
 
 MAX_ALERTS = 15
 MAX_BYTES = 18_000

@@ -13,8 +13,8 @@ import hashlib
 import hmac
 from typing import Any
 
-from volcano_monitor.watchdog.notify.channels.base import Channel, code_error, json_object
-from volcano_monitor.watchdog.notify.channels.render import (
+from volcano_monitor.watchdog.actions.notify.channels.base import Channel, code_error, json_object
+from volcano_monitor.watchdog.actions.notify.channels.render import (
     TITLE_CHARS,
     clip,
     fit,
@@ -26,7 +26,7 @@ from volcano_monitor.watchdog.notify.channels.render import (
     ordered,
     view,
 )
-from volcano_monitor.watchdog.notify.message import Message
+from volcano_monitor.watchdog.actions.notify.message import Message
 
 MAX_ALERTS = 15
 MAX_BYTES = 18_000

@@ -16,7 +16,7 @@ from datetime import UTC, datetime
 from typing import Any
 from urllib.parse import quote, urlsplit
 
-from volcano_monitor.watchdog.notify.message import AlertItem, Message
+from volcano_monitor.watchdog.actions.notify.message import AlertItem, Message
 
 SEVERITY_ORDER = {"critical": 0, "warning": 1, "info": 2}
 EMOJI = {"critical": "🔴", "warning": "🟠", "info": "🔵", "resolved": "✅"}

@@ -10,8 +10,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from volcano_monitor.watchdog.notify.channels.base import Channel
-from volcano_monitor.watchdog.notify.channels.render import (
+from volcano_monitor.watchdog.actions.notify.channels.base import Channel
+from volcano_monitor.watchdog.actions.notify.channels.render import (
     EMOJI,
     TITLE_CHARS,
     AlertView,
@@ -24,7 +24,7 @@ from volcano_monitor.watchdog.notify.channels.render import (
     ordered,
     view,
 )
-from volcano_monitor.watchdog.notify.message import Message
+from volcano_monitor.watchdog.actions.notify.message import Message
 
 MAX_ALERTS = 20
 MAX_BYTES = 30_000

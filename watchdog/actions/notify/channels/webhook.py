@@ -14,9 +14,9 @@ from dataclasses import asdict
 from typing import Any
 from urllib.parse import quote
 
-from volcano_monitor.watchdog.notify.channels.base import Channel
-from volcano_monitor.watchdog.notify.channels.render import clean, ordered
-from volcano_monitor.watchdog.notify.message import Message
+from volcano_monitor.watchdog.actions.notify.channels.base import Channel
+from volcano_monitor.watchdog.actions.notify.channels.render import clean, ordered
+from volcano_monitor.watchdog.actions.notify.message import Message
 
 SCHEMA = "volcano-monitor/v1"
 MAX_ALERTS = 1000

@@ -5,7 +5,7 @@ from __future__ import annotations
 from alembic import context
 from sqlalchemy import Connection
 
-from volcano_monitor.watchdog.db.models import Base
+from volcano_monitor.watchdog.state.db.models import Base
 
 
 def run_migrations(connection: Connection) -> None:

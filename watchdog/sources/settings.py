@@ -1,0 +1,59 @@
+"""Settings of the usage sources (`sources:`): the metrics API, Prometheus (with its history backfill) and the
+width of the stored rollups."""
+
+from __future__ import annotations
+
+from typing import Literal
+
+from pydantic import BaseModel, ConfigDict, Field, SecretStr, field_validator
+
+from volcano_monitor.watchdog.findings.recommendations.backfill_settings import PrometheusBackfill
+
+
+class _Section(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+
+class MetricsApiSource(_Section):
+    """Usage from the Kubernetes metrics API (metrics.k8s.io/v1beta1 PodMetrics), polled."""
+
+    enabled: bool = Field(default=True, description="Poll PodMetrics.")
+    interval_seconds: float = Field(default=30.0, gt=0, description="Seconds between polls.")
+
+
+class PrometheusSource(_Section):
+    """Usage from Prometheus: cAdvisor CPU and working-set memory, DCGM GPU utilisation."""
+
+    enabled: bool = Field(default=False, description="Query Prometheus.")
+    url: str = Field(default="http://localhost:9090", description="Prometheus base URL.")
+    interval_seconds: float = Field(default=60.0, gt=0, description="Seconds between query rounds.")
+    timeout_seconds: float = Field(default=10.0, gt=0, description="Timeout of one query.")
+    rate_window: str = Field(default="5m", pattern=r"^[0-9]+[smhd]$", description="Range for rate() over CPU counters.")
+    gpu: bool = Field(default=True, description="Query DCGM_FI_DEV_GPU_UTIL for GPU utilisation.")
+    dcgm_labels: Literal["auto", "namespace", "exported"] = Field(
+        default="auto",
+        description="How this Prometheus labels DCGM series with the GPU's pod: `namespace` (namespace/pod/container, "
+                    "scraped with honorLabels), `exported` (exported_namespace/exported_pod/exported_container: the "
+                    "scrape target's own labels won), or `auto`: asked of Prometheus (the style with more series), "
+                    "again every 60 rounds.")
+    bearer_token: SecretStr | None = Field(default=None, description="Bearer token for Prometheus, if it needs one.")
+    backfill: PrometheusBackfill = PrometheusBackfill()
+
+
+class Sources(_Section):
+    """Where usage comes from; each source is optional."""
+
+    metrics_api: MetricsApiSource = MetricsApiSource()
+    prometheus: PrometheusSource = PrometheusSource()
+    rollup_seconds: int = Field(
+        default=300, ge=1, le=3600,
+        description="Width of the stored usage rollups (one row per container and width). It must divide an hour "
+                    "(rollups are downsampled to hourly rows) and the JobIdle window must hold at least two; "
+                    "short only for demos and tests: the row count grows as it shrinks.")
+
+    @field_validator("rollup_seconds")
+    @classmethod
+    def _divides_an_hour(cls, value: int) -> int:
+        if 3600 % value:
+            raise ValueError("must divide 3600 (an hour), e.g. 60, 300 or 600")
+        return value
