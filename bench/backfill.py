@@ -40,11 +40,11 @@ from sqlalchemy.orm import Session  # noqa: E402
 
 from tests.watchdog.promhistory import PrometheusServer  # noqa: E402
 from volcano_monitor.watchdog.config import load  # noqa: E402
-from volcano_monitor.watchdog.state.db.engine import make_engine, migrate  # noqa: E402
-from volcano_monitor.watchdog.state.db.models import WorkloadHistogram  # noqa: E402
-from volcano_monitor.watchdog.findings.recommendations.book import HistogramBook  # noqa: E402
 from volcano_monitor.watchdog.findings.recommendations.backfill import BackfillBatch, Backfiller  # noqa: E402
 from volcano_monitor.watchdog.findings.recommendations.backfill_queries import Workload  # noqa: E402
+from volcano_monitor.watchdog.findings.recommendations.book import HistogramBook  # noqa: E402
+from volcano_monitor.watchdog.state.db.engine import make_engine, migrate  # noqa: E402
+from volcano_monitor.watchdog.state.db.models import WorkloadHistogram  # noqa: E402
 
 CONTAINERS_PER_POD = 10
 BLOCK_WINDOW = 7200

@@ -59,11 +59,11 @@ from sqlalchemy.orm import Session
 from volcano_monitor.core.model import parse_job
 from volcano_monitor.watchdog.actions.capability.store import usage_buckets
 from volcano_monitor.watchdog.config import Settings
+from volcano_monitor.watchdog.findings.detectors.waste import WasteDetector
+from volcano_monitor.watchdog.runtime.retention import run_retention
 from volcano_monitor.watchdog.state.db.engine import make_engine, migrate
 from volcano_monitor.watchdog.state.db.models import UsageRollup, UsageRollupHourly
-from volcano_monitor.watchdog.findings.detectors.waste import WasteDetector
 from volcano_monitor.watchdog.state.ledger import Ledger
-from volcano_monitor.watchdog.runtime.retention import run_retention
 from volcano_monitor.watchdog.state.rollups import UsageRecorder
 from volcano_monitor.watchdog.state.samples import PodInfo, UsageSample
 

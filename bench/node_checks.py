@@ -25,11 +25,11 @@ from sqlalchemy import create_engine  # noqa: E402
 from sqlalchemy.orm import Session  # noqa: E402
 
 from volcano_monitor.core.model import parse_node, parse_pod  # noqa: E402
+from volcano_monitor.watchdog.findings.detectors.hot import NodeHotDetector  # noqa: E402
+from volcano_monitor.watchdog.findings.detectors.settings import GpuStrandedSettings, NodeHotSettings  # noqa: E402
+from volcano_monitor.watchdog.findings.detectors.stranded import GpuStrandedDetector  # noqa: E402
 from volcano_monitor.watchdog.state.cluster import ClusterIndex  # noqa: E402
 from volcano_monitor.watchdog.state.db.engine import migrate  # noqa: E402
-from volcano_monitor.watchdog.findings.detectors.hot import NodeHotDetector  # noqa: E402
-from volcano_monitor.watchdog.findings.detectors.stranded import GpuStrandedDetector  # noqa: E402
-from volcano_monitor.watchdog.findings.detectors.settings import GpuStrandedSettings, NodeHotSettings  # noqa: E402
 from volcano_monitor.watchdog.state.nodes import NodeTable, NodeUsage  # noqa: E402
 
 

@@ -36,8 +36,8 @@ import httpx
 from volcano_monitor.core.kube.config import api_client
 from volcano_monitor.simulator.chatinbox import ChatInbox
 from volcano_monitor.simulator.runtime import SimulatorThread, write_kubeconfig
-from volcano_monitor.watchdog.runtime.app import Watchdog
 from volcano_monitor.watchdog.config import load
+from volcano_monitor.watchdog.runtime.app import Watchdog
 from volcano_monitor.watchdog.state.db.engine import make_engine
 
 SPACED, SPACING, BURST = 60, 0.15, 60

@@ -28,8 +28,8 @@ from pydantic import SecretStr
 from sqlalchemy import Engine, insert
 from sqlalchemy.orm import Session
 
-from volcano_monitor.watchdog.views.api import Health, QueueView, create_app
 from volcano_monitor.watchdog.config import Settings
+from volcano_monitor.watchdog.findings.recommendations.book import HistogramBook
 from volcano_monitor.watchdog.state.db.engine import make_engine, migrate
 from volcano_monitor.watchdog.state.db.models import (
     Alert,
@@ -39,7 +39,8 @@ from volcano_monitor.watchdog.state.db.models import (
     Silence,
     UsageRollup,
 )
-from volcano_monitor.watchdog.findings.recommendations.book import HistogramBook
+from volcano_monitor.watchdog.views.api import create_app
+from volcano_monitor.watchdog.views.health import Health, QueueView
 
 POSTGRES_ADMIN = os.environ.get("VOLCANO_BENCH_POSTGRES", "postgresql://postgres@127.0.0.1:5432/postgres")
 NOW = datetime(2026, 11, 24, 12, 0, tzinfo=UTC)

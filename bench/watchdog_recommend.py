@@ -34,9 +34,9 @@ from pathlib import Path
 
 from sqlalchemy.orm import Session
 
+from volcano_monitor.watchdog.findings.recommendations.book import ContainerSpec, HistogramBook, compute_recommendations
 from volcano_monitor.watchdog.findings.recommendations.settings import Recommendations
 from volcano_monitor.watchdog.state.db.engine import make_engine, migrate
-from volcano_monitor.watchdog.findings.recommendations.book import ContainerSpec, HistogramBook, compute_recommendations
 
 CONTAINERS = 10_000
 DAYS = 8

@@ -37,11 +37,11 @@ from sqlalchemy import Engine, func, select
 from sqlalchemy.orm import Session
 
 from volcano_monitor.core.model import parse_job
+from volcano_monitor.watchdog.findings.recommendations.book import HistogramBook
 from volcano_monitor.watchdog.findings.recommendations.settings import Recommendations
 from volcano_monitor.watchdog.state.db.engine import make_engine, migrate
 from volcano_monitor.watchdog.state.db.models import UsageRollup
 from volcano_monitor.watchdog.state.ledger import Ledger
-from volcano_monitor.watchdog.findings.recommendations.book import HistogramBook
 from volcano_monitor.watchdog.state.rollups import UsageRecorder
 from volcano_monitor.watchdog.state.samples import PodInfo, UsageSample
 

@@ -10,8 +10,8 @@ from sqlalchemy.orm import Session
 
 from tests.simtools import client_for
 from volcano_monitor.simulator.runtime import SimulatorThread
-from volcano_monitor.watchdog.runtime.app import Intervals, Watchdog
 from volcano_monitor.watchdog.config import Settings, load
+from volcano_monitor.watchdog.runtime.app import Intervals, Watchdog
 from volcano_monitor.watchdog.state.db.models import Alert, JobRun
 
 # Real seconds: the scenario runs compressed, so thresholds are tiny too.

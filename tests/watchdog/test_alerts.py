@@ -14,11 +14,11 @@ from sqlalchemy.orm import Session
 
 from tests.watchdog.test_detectors import job, oom, pod
 from volcano_monitor.core.model import parse_job, parse_pod
+from volcano_monitor.watchdog.findings.detectors import FailureDetector, Signal, WasteDetector, fingerprint
+from volcano_monitor.watchdog.findings.detectors.settings import Detectors
 from volcano_monitor.watchdog.state import alerts as alerts_module
 from volcano_monitor.watchdog.state.alerts import AlertBook, Transition
-from volcano_monitor.watchdog.findings.detectors.settings import Detectors
 from volcano_monitor.watchdog.state.db.models import Alert, JobRun
-from volcano_monitor.watchdog.findings.detectors import FailureDetector, Signal, WasteDetector, fingerprint
 
 T = datetime(2024, 5, 1, 12, 0, tzinfo=UTC)
 

@@ -22,19 +22,14 @@ from pydantic import SecretStr
 from sqlalchemy import Engine, select
 from sqlalchemy.orm import Session
 
-from volcano_monitor.watchdog.findings.recommendations import book as recommend
-from volcano_monitor.watchdog.views.api import (
-    CollectorHealth,
-    Health,
-    QueueView,
-    check_writes_guarded,
-    create_app,
-    route_table,
-)
-from volcano_monitor.watchdog.runtime.app import Watchdog
 from volcano_monitor.watchdog.config import Settings
+from volcano_monitor.watchdog.findings.recommendations import book as recommend
+from volcano_monitor.watchdog.runtime.app import Watchdog
 from volcano_monitor.watchdog.state.db.engine import make_engine
 from volcano_monitor.watchdog.state.db.models import Alert, JobRun, UsageRollup
+from volcano_monitor.watchdog.views.api import create_app
+from volcano_monitor.watchdog.views.guard import check_writes_guarded, route_table
+from volcano_monitor.watchdog.views.health import CollectorHealth, Health, QueueView
 
 NOW = datetime(2024, 5, 1, 12, 2, tzinfo=UTC)
 TOKEN = "t0ken-Sekret-4242"

@@ -6,8 +6,8 @@ from pathlib import Path
 
 from tests.simtools import wait_for
 from tests.watchdog.test_crash import free_port
-from volcano_monitor.watchdog.runtime.app import Intervals, Watchdog
 from volcano_monitor.watchdog.config import load
+from volcano_monitor.watchdog.runtime.app import Intervals, Watchdog
 from volcano_monitor.watchdog.state.db.engine import make_engine
 
 

@@ -23,16 +23,10 @@ from sqlalchemy.orm import Session
 from tests.simtools import client_for, wait_for
 from tests.watchdog.promhistory import PrometheusServer, create_blocks
 from volcano_monitor.core.kube.informer import ADDED
+from volcano_monitor.core.kube.leaderelection import LeaderElector
 from volcano_monitor.core.model import parse_pod
 from volcano_monitor.simulator.runtime import SimulatorThread
-from volcano_monitor.watchdog.runtime.app import Intervals, Watchdog
 from volcano_monitor.watchdog.config import ConfigError, Settings, load
-from volcano_monitor.watchdog.findings.recommendations.settings import Recommendations
-from volcano_monitor.watchdog.state.db.engine import make_engine, migrate
-from volcano_monitor.watchdog.state.db.models import WorkloadBackfill, WorkloadHistogram
-from volcano_monitor.core.kube.leaderelection import LeaderElector
-from volcano_monitor.watchdog.runtime.settings import LeaderElection
-from volcano_monitor.watchdog.findings.recommendations.book import HistogramBook, compute_recommendations
 from volcano_monitor.watchdog.findings.recommendations.backfill import BackfillBatch, Backfiller
 from volcano_monitor.watchdog.findings.recommendations.backfill_queries import (
     Attributor,
@@ -41,6 +35,12 @@ from volcano_monitor.watchdog.findings.recommendations.backfill_queries import (
     cpu_range_query,
     pod_pattern,
 )
+from volcano_monitor.watchdog.findings.recommendations.book import HistogramBook, compute_recommendations
+from volcano_monitor.watchdog.findings.recommendations.settings import Recommendations
+from volcano_monitor.watchdog.runtime.app import Intervals, Watchdog
+from volcano_monitor.watchdog.runtime.settings import LeaderElection
+from volcano_monitor.watchdog.state.db.engine import make_engine, migrate
+from volcano_monitor.watchdog.state.db.models import WorkloadBackfill, WorkloadHistogram
 from volcano_monitor.watchdog.state.rollups import UsageRecorder
 from volcano_monitor.watchdog.state.samples import PodInfo, UsageSample
 

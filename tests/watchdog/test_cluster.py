@@ -8,9 +8,9 @@ from typing import Any
 from tests.exporter import objects
 from volcano_monitor.core.kube.informer import ADDED, DELETED
 from volcano_monitor.core.model import parse_job, parse_pod, parse_podgroup
+from volcano_monitor.watchdog.config import load
 from volcano_monitor.watchdog.runtime.app import Watchdog
 from volcano_monitor.watchdog.state.cluster import ClusterIndex
-from volcano_monitor.watchdog.config import load
 from volcano_monitor.watchdog.state.db.engine import make_engine
 
 

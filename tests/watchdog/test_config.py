@@ -4,8 +4,8 @@ from pathlib import Path
 
 import pytest
 
-from volcano_monitor.watchdog.runtime import configdoc
 from volcano_monitor.watchdog.config import ConfigError, load
+from volcano_monitor.watchdog.runtime import configdoc
 
 DOC = Path(__file__).resolve().parents[2] / "docs" / "configuration.md"
 

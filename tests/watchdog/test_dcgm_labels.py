@@ -25,8 +25,8 @@ from volcano_monitor.dashboards.common import GPU_UTIL
 from volcano_monitor.exporter.app import Exporter
 from volcano_monitor.exporter.server import make_server, serve_in_background
 from volcano_monitor.simulator.runtime import SimulatorThread
-from volcano_monitor.watchdog.sources.settings import PrometheusSource
 from volcano_monitor.watchdog.sources.prometheus import EXPORTED_STYLE, NAMESPACE_STYLE, PrometheusCollector
+from volcano_monitor.watchdog.sources.settings import PrometheusSource
 
 BUDGET = 40.0
 GPU_IDLE_RULE = next(rule["expr"] for group in yaml.safe_load((ROOT / "alerts" / "volcano-monitor.rules.yml")

@@ -14,9 +14,6 @@ from sqlalchemy import Engine, event, update
 from sqlalchemy.orm import Session
 
 from volcano_monitor.core.model import parse_job, parse_pod, parse_podgroup, parse_queue
-from volcano_monitor.watchdog.state.alerts import AlertBook
-from volcano_monitor.watchdog.findings.detectors.settings import Detectors
-from volcano_monitor.watchdog.state.db.models import JobRun, UsageRollup
 from volcano_monitor.watchdog.findings.detectors import (
     FailureDetector,
     GangDetector,
@@ -26,6 +23,9 @@ from volcano_monitor.watchdog.findings.detectors import (
     fingerprint,
     waste,
 )
+from volcano_monitor.watchdog.findings.detectors.settings import Detectors
+from volcano_monitor.watchdog.state.alerts import AlertBook
+from volcano_monitor.watchdog.state.db.models import JobRun, UsageRollup
 
 Obj = dict[str, Any]
 T0 = 1_700_000_000.0

@@ -22,18 +22,18 @@ from sqlalchemy.orm import Session
 from tests.exporter.test_prometheus import Prometheus, poll, prometheus_binary
 from tests.simtools import client_for
 from tests.watchdog.harness import alerts, fast_settings, start_watchdog
+from volcano_monitor.core.kube.leaderelection import AlwaysLeader
 from volcano_monitor.simulator.resources import COMMANDS, JOBS
 from volcano_monitor.simulator.runtime import SimulatorThread
 from volcano_monitor.simulator.store import WatchEvent
-from volcano_monitor.watchdog.config import ConfigError, load
-from volcano_monitor.watchdog.state.db.engine import make_engine
-from volcano_monitor.watchdog.state.db.models import GpuIdleAbortRow
-from volcano_monitor.watchdog.findings.detectors.gpuidle import GPU_IDLE, GPU_NO_DATA
 from volcano_monitor.watchdog.actions.gpu_idle.abort import CREATED, GpuIdleAborter
 from volcano_monitor.watchdog.actions.gpu_idle.metrics import render_gpu_idle_metrics
 from volcano_monitor.watchdog.actions.gpu_idle.settings import GpuIdleSettings
+from volcano_monitor.watchdog.config import ConfigError, load
+from volcano_monitor.watchdog.findings.detectors.gpuidle import GPU_IDLE, GPU_NO_DATA
+from volcano_monitor.watchdog.state.db.engine import make_engine
+from volcano_monitor.watchdog.state.db.models import GpuIdleAbortRow
 from volcano_monitor.watchdog.state.gpu_idle import BUSY, IDLE, NO_GPU_DATA, GpuIdleTracker, JobGpu
-from volcano_monitor.core.kube.leaderelection import AlwaysLeader
 from volcano_monitor.watchdog.state.samples import PodInfo, UsageSample
 
 BUDGET = 60.0

@@ -14,14 +14,21 @@ from fastapi.testclient import TestClient
 from sqlalchemy import Engine, select
 from sqlalchemy.orm import Session
 
-from volcano_monitor.watchdog.config import load
-from volcano_monitor.watchdog.state.db.models import Alert, GpuIdleAbortRow, NotificationEntry
-from volcano_monitor.watchdog.findings.detectors.gpuidle import GPU_IDLE, GpuIdleDetector
-from volcano_monitor.watchdog.actions.gpu_idle.abort import DRY_RUN, FAILED, PENDING, GpuIdleAborter, command_body, command_name
+from volcano_monitor.watchdog.actions.gpu_idle.abort import (
+    DRY_RUN,
+    FAILED,
+    PENDING,
+    GpuIdleAborter,
+    command_body,
+    command_name,
+)
 from volcano_monitor.watchdog.actions.gpu_idle.api import gpu_idle_router
 from volcano_monitor.watchdog.actions.gpu_idle.settings import GpuIdleSettings
-from volcano_monitor.watchdog.state.gpu_idle import GpuIdleTracker
 from volcano_monitor.watchdog.actions.notify.outbox import Outbox
+from volcano_monitor.watchdog.config import load
+from volcano_monitor.watchdog.findings.detectors.gpuidle import GPU_IDLE, GpuIdleDetector
+from volcano_monitor.watchdog.state.db.models import Alert, GpuIdleAbortRow, NotificationEntry
+from volcano_monitor.watchdog.state.gpu_idle import GpuIdleTracker
 from volcano_monitor.watchdog.state.samples import PodInfo, UsageSample
 
 NOW = datetime(2026, 5, 1, 12, 0, tzinfo=UTC)

@@ -18,10 +18,11 @@ from sqlalchemy.orm import Session
 from tests.watchdog.harness import fast_settings
 from tests.watchdog.test_detectors import podgroup, ts
 from volcano_monitor.core.model import parse_podgroup
-from volcano_monitor.watchdog.views.api import Health, create_app
+from volcano_monitor.watchdog.actions.notify.message import AlertItem
 from volcano_monitor.watchdog.runtime.app import Watchdog
 from volcano_monitor.watchdog.state.db.models import Alert
-from volcano_monitor.watchdog.actions.notify.message import AlertItem
+from volcano_monitor.watchdog.views.api import create_app
+from volcano_monitor.watchdog.views.health import Health
 
 TOKEN = "resolve-t0ken"
 T0 = 1_700_000_000.0

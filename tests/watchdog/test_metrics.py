@@ -16,11 +16,12 @@ from sqlalchemy import Engine
 from sqlalchemy.orm import Session
 
 from tests.watchdog.test_api import NOW, insert, make_alert, make_run, rec
-from volcano_monitor.watchdog.findings.recommendations import book as recommend
-from volcano_monitor.watchdog.views import metrics
-from volcano_monitor.watchdog.views.api import CollectorHealth, Health, create_app
 from volcano_monitor.watchdog.config import Settings
+from volcano_monitor.watchdog.findings.recommendations import book as recommend
 from volcano_monitor.watchdog.state.db.engine import make_engine
+from volcano_monitor.watchdog.views import metrics
+from volcano_monitor.watchdog.views.api import create_app
+from volcano_monitor.watchdog.views.health import CollectorHealth, Health
 from volcano_monitor.watchdog.views.metrics import FAMILIES, render_metrics
 
 Series = dict[tuple[str, tuple[tuple[str, str], ...]], float]

@@ -18,24 +18,24 @@ from tests.simtools import client_for, wait_for
 from tests.watchdog.harness import FAST_DETECTORS, alerts, fast_settings, start_watchdog
 from volcano_monitor.core.model import parse_job, parse_node, parse_pod
 from volcano_monitor.simulator.runtime import SimulatorThread
-from volcano_monitor.watchdog.state.alerts import AlertBook
-from volcano_monitor.watchdog.runtime.app import Intervals, Watchdog
-from volcano_monitor.watchdog.state.cluster import ClusterIndex
+from volcano_monitor.watchdog.actions.notify.describe import reasons
 from volcano_monitor.watchdog.config import ConfigError, load
-from volcano_monitor.watchdog.state.db.models import Alert
-from volcano_monitor.watchdog.state.signals import GPU_STRANDED, NODE_HOT
 from volcano_monitor.watchdog.findings.detectors.hot import NodeHotDetector
+from volcano_monitor.watchdog.findings.detectors.settings import GpuStrandedSettings, NodeHotSettings
 from volcano_monitor.watchdog.findings.detectors.stranded import (
     GpuStrandedDetector,
     node_load,
     render_stranded_metrics,
     stranded_gpus,
 )
-from volcano_monitor.watchdog.findings.detectors.settings import GpuStrandedSettings, NodeHotSettings
-from volcano_monitor.watchdog.state.nodes import NodePodCache, NodeTable, NodeUsage, pods_by_node
-from volcano_monitor.watchdog.actions.notify.describe import reasons
+from volcano_monitor.watchdog.runtime.app import Intervals, Watchdog
 from volcano_monitor.watchdog.sources.node_metrics import NodeMetricsCollector, parse_node_metrics
+from volcano_monitor.watchdog.state.alerts import AlertBook
+from volcano_monitor.watchdog.state.cluster import ClusterIndex
+from volcano_monitor.watchdog.state.db.models import Alert
+from volcano_monitor.watchdog.state.nodes import NodePodCache, NodeTable, NodeUsage, pods_by_node
 from volcano_monitor.watchdog.state.samples import UsageSample
+from volcano_monitor.watchdog.state.signals import GPU_STRANDED, NODE_HOT
 
 GI = 2**30
 

@@ -13,15 +13,15 @@ from sqlalchemy import Engine, func, select, text, update
 from sqlalchemy.orm import Session
 
 from volcano_monitor.core.quantity import parse_quantity
-from volcano_monitor.watchdog.findings.recommendations.settings import Recommendations
-from volcano_monitor.watchdog.state.db.models import WorkloadHistogram
-from volcano_monitor.watchdog.state.histogram import RATIO
 from volcano_monitor.watchdog.findings.recommendations.book import (
     ContainerSpec,
     HistogramBook,
     Recommendation,
     compute_recommendations,
 )
+from volcano_monitor.watchdog.findings.recommendations.settings import Recommendations
+from volcano_monitor.watchdog.state.db.models import WorkloadHistogram
+from volcano_monitor.watchdog.state.histogram import RATIO
 
 GiB, MiB = 2**30, 2**20
 DAY = 86400.0

@@ -14,10 +14,7 @@ from sqlalchemy.orm import Session
 from tests.exporter import objects
 from volcano_monitor.core.kube.informer import ADDED
 from volcano_monitor.core.model import parse_node, parse_podgroup, parse_queue
-from volcano_monitor.watchdog.runtime.app import Watchdog
 from volcano_monitor.watchdog.config import ConfigError, load
-from volcano_monitor.watchdog.findings.recommendations.settings import ContainerPolicy, Recommendations
-from volcano_monitor.watchdog.state.db.engine import make_engine, migrate
 from volcano_monitor.watchdog.findings.recommendations.formulas import Estimate
 from volcano_monitor.watchdog.findings.recommendations.policy import (
     NOT_ENOUGH_HISTORY,
@@ -28,6 +25,9 @@ from volcano_monitor.watchdog.findings.recommendations.policy import (
     policy_for,
     proportional_limit,
 )
+from volcano_monitor.watchdog.findings.recommendations.settings import ContainerPolicy, Recommendations
+from volcano_monitor.watchdog.runtime.app import Watchdog
+from volcano_monitor.watchdog.state.db.engine import make_engine, migrate
 
 GiB = 2**30
 KEY = ("team-a", "train", "worker", "main")

@@ -9,8 +9,8 @@ from sqlalchemy import Engine
 
 from tests.recorded import load, scenario_names
 from tests.watchdog.replay import expected_run, fired, last_event_message, ledger_rows, replay
-from volcano_monitor.watchdog.state.db.models import Alert
 from volcano_monitor.watchdog.findings.detectors.failure import FailureDetector
+from volcano_monitor.watchdog.state.db.models import Alert
 
 FAILURE_KINDS = FailureDetector.KINDS
 WAIT_KINDS = frozenset({"GangUnschedulable", "PartialGang", "QueueStarved"})

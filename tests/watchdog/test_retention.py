@@ -14,16 +14,16 @@ from alembic.script import ScriptDirectory
 from sqlalchemy import Engine, func, inspect, select, text
 from sqlalchemy.orm import Session
 
-from volcano_monitor.watchdog.runtime import retention
 from volcano_monitor.watchdog.actions.capability.policy import percentile
 from volcano_monitor.watchdog.actions.capability.store import usage_buckets
-from volcano_monitor.watchdog.runtime.settings import Retention
 from volcano_monitor.watchdog.config import Settings
+from volcano_monitor.watchdog.findings.detectors.waste import WasteDetector
+from volcano_monitor.watchdog.runtime import retention
+from volcano_monitor.watchdog.runtime.retention import downsample_cutoff, run_retention
+from volcano_monitor.watchdog.runtime.settings import Retention
 from volcano_monitor.watchdog.state.db.engine import alembic_config, make_engine, migrate
 from volcano_monitor.watchdog.state.db.models import Alert, JobRun, UsageRollup, UsageRollupHourly
-from volcano_monitor.watchdog.findings.detectors.waste import WasteDetector
 from volcano_monitor.watchdog.state.ledger import enforce_retention
-from volcano_monitor.watchdog.runtime.retention import downsample_cutoff, run_retention
 
 NOW = datetime(2024, 5, 20, 12, 7, tzinfo=UTC)
 BUCKET = 300

@@ -14,7 +14,6 @@ from typing import Any
 import orjson
 import pytest
 
-from volcano_monitor.watchdog.sources.settings import PrometheusSource
 from volcano_monitor.watchdog.sources.prometheus import (
     EXPORTED_STYLE,
     REDETECT_ROUNDS,
@@ -24,6 +23,7 @@ from volcano_monitor.watchdog.sources.prometheus import (
     regex_literal,
     style_query,
 )
+from volcano_monitor.watchdog.sources.settings import PrometheusSource
 from volcano_monitor.watchdog.state.samples import UsageSample
 
 NOW = 1714557600.0

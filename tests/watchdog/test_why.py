@@ -18,10 +18,11 @@ from volcano_monitor.core.kube.informer import ADDED, DELETED, MODIFIED
 from volcano_monitor.core.model import parse_job, parse_podgroup, parse_queue
 from volcano_monitor.core.pending import REASONS
 from volcano_monitor.simulator.runtime import SimulatorThread
-from volcano_monitor.watchdog.views.api import Health, create_app
-from volcano_monitor.watchdog.runtime.app import Watchdog
 from volcano_monitor.watchdog.config import Settings
 from volcano_monitor.watchdog.findings.why import why_router
+from volcano_monitor.watchdog.runtime.app import Watchdog
+from volcano_monitor.watchdog.views.api import create_app
+from volcano_monitor.watchdog.views.health import Health
 
 GPU = "nvidia.com/gpu"
 

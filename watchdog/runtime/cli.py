@@ -143,7 +143,8 @@ def run_watchdog(settings: Settings) -> int:
     from volcano_monitor.watchdog.findings.detectors.stranded import render_stranded_metrics
     from volcano_monitor.watchdog.findings.why import why_router
     from volcano_monitor.watchdog.runtime.app import Watchdog
-    from volcano_monitor.watchdog.views.api import CollectorHealth, Health, QueueView, create_app
+    from volcano_monitor.watchdog.views.api import create_app
+    from volcano_monitor.watchdog.views.health import CollectorHealth, Health, QueueView
     from volcano_monitor.watchdog.views.report.digest import DigestScheduler
 
     memory.tune_allocator()  # before any thread starts (see core/memory.py)

@@ -50,7 +50,7 @@ from volcano_monitor.watchdog.state.ledger import ended_at
 if TYPE_CHECKING:
     from volcano_monitor.watchdog.findings.recommendations.book import Recommendation
     from volcano_monitor.watchdog.findings.recommendations.settings import Recommendations
-    from volcano_monitor.watchdog.views.api import Health
+    from volcano_monitor.watchdog.views.health import Health
 
 log = logging.getLogger(__name__)
 T = TypeVar("T")

@@ -29,6 +29,7 @@ from tests.watchdog.capability.conftest import (
     set_allocated,
     stored,
 )
+from volcano_monitor.core.kube.leaderelection import AlwaysLeader, LeaderElector
 from volcano_monitor.simulator import resources as R
 from volcano_monitor.simulator.runtime import SimulatorThread
 from volcano_monitor.watchdog.actions.capability import store
@@ -37,10 +38,9 @@ from volcano_monitor.watchdog.actions.capability.controller import CapabilityCon
 from volcano_monitor.watchdog.actions.capability.metrics import render_capability_metrics
 from volcano_monitor.watchdog.actions.capability.settings import CapabilitySettings
 from volcano_monitor.watchdog.actions.capability.store import CapabilityChange
+from volcano_monitor.watchdog.runtime.settings import LeaderElection
 from volcano_monitor.watchdog.state.db.models import CapabilityChange as ChangeRow
 from volcano_monitor.watchdog.state.db.models import UsageRollup
-from volcano_monitor.core.kube.leaderelection import AlwaysLeader, LeaderElector
-from volcano_monitor.watchdog.runtime.settings import LeaderElection
 
 GPU = "nvidia.com/gpu"
 GPU_SHARE = {"share": {"fraction": 0.5, "node_selector": {"pool": "gpu"}, "resources": [GPU]}}

@@ -11,10 +11,10 @@ from kubernetes import client
 
 from tests.simtools import FakeClock, client_for, wait_for
 from tests.watchdog.capability.conftest import stored
-from volcano_monitor.simulator import resources as R
-from volcano_monitor.simulator.runtime import SimulatorThread
 from volcano_monitor.core.kube.leaderelection import AlwaysLeader, LeaderElector, make_leader
 from volcano_monitor.core.kube.rest import request_json
+from volcano_monitor.simulator import resources as R
+from volcano_monitor.simulator.runtime import SimulatorThread
 from volcano_monitor.watchdog.runtime.settings import LeaderElection
 
 T0 = 1_700_000_000.0

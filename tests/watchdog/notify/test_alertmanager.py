@@ -26,12 +26,13 @@ from sqlalchemy.orm import Session
 from tests.exporter.test_cli import free_port
 from volcano_monitor.simulator.chatinbox import ChatInbox, InboxMessage
 from volcano_monitor.simulator.stack import alertmanager_binary
-from volcano_monitor.watchdog.views.api import Health, create_app
-from volcano_monitor.watchdog.runtime.app import Watchdog
+from volcano_monitor.watchdog.actions.notify.outbox import Outbox
 from volcano_monitor.watchdog.config import Settings, load
+from volcano_monitor.watchdog.runtime.app import Watchdog
 from volcano_monitor.watchdog.state.db.engine import make_engine
 from volcano_monitor.watchdog.state.db.models import NotificationDelivery, NotificationEntry, NotificationGroup
-from volcano_monitor.watchdog.actions.notify.outbox import Outbox
+from volcano_monitor.watchdog.views.api import create_app
+from volcano_monitor.watchdog.views.health import Health
 
 TOKEN = "am-t0ken-Sekret-77"
 RECEIVER_PATH = "/api/v1/alertmanager"

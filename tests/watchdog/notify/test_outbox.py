@@ -9,11 +9,11 @@ from typing import Any
 from sqlalchemy import Engine, select
 from sqlalchemy.orm import Session
 
-from volcano_monitor.watchdog.config import load
-from volcano_monitor.watchdog.state.db.models import NotificationDelivery, Silence
 from volcano_monitor.watchdog.actions.notify import outbox as ob
 from volcano_monitor.watchdog.actions.notify.message import AlertItem, Message
 from volcano_monitor.watchdog.actions.notify.outbox import Outbox
+from volcano_monitor.watchdog.config import load
+from volcano_monitor.watchdog.state.db.models import NotificationDelivery, Silence
 
 T0 = datetime(2026, 11, 24, 12, 0, tzinfo=UTC)
 

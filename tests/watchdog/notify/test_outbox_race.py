@@ -20,11 +20,11 @@ import pytest
 from sqlalchemy import Engine, event, select, text
 from sqlalchemy.orm import Session
 
+from volcano_monitor.watchdog.actions.notify.message import AlertItem, Message
+from volcano_monitor.watchdog.actions.notify.outbox import Outbox
 from volcano_monitor.watchdog.config import load
 from volcano_monitor.watchdog.state.db.engine import make_engine
 from volcano_monitor.watchdog.state.db.models import NotificationDelivery
-from volcano_monitor.watchdog.actions.notify.message import AlertItem, Message
-from volcano_monitor.watchdog.actions.notify.outbox import Outbox
 
 T0 = datetime(2026, 11, 24, 12, 0, tzinfo=UTC)
 GROUP_INTERVAL = 60.0

@@ -2,10 +2,10 @@ from __future__ import annotations
 
 import pytest
 
-from volcano_monitor.watchdog.config import ConfigError, load
-from volcano_monitor.watchdog.actions.notify.routing import group_key, match_routes, resolve_tree
-from volcano_monitor.core.matchers import parse_matcher
 from volcano_monitor.core.flags import parse_duration
+from volcano_monitor.core.matchers import parse_matcher
+from volcano_monitor.watchdog.actions.notify.routing import group_key, match_routes, resolve_tree
+from volcano_monitor.watchdog.config import ConfigError, load
 
 
 def settings(route: dict, receivers: tuple[str, ...] = ("default", "gpu-team", "oncall")):  # type: ignore[no-untyped-def]

@@ -15,11 +15,11 @@ from sqlalchemy.orm import Session
 
 from tests.simtools import wait_for
 from volcano_monitor.simulator.chatinbox import ChatInbox
-from volcano_monitor.watchdog.config import load
-from volcano_monitor.watchdog.state.db.models import NotificationDelivery
 from volcano_monitor.watchdog.actions.notify.message import AlertItem
 from volcano_monitor.watchdog.actions.notify.outbox import Outbox
 from volcano_monitor.watchdog.actions.notify.sender import Notifier, RateLimiter
+from volcano_monitor.watchdog.config import load
+from volcano_monitor.watchdog.state.db.models import NotificationDelivery
 
 JOBS = ("a", "b", "c")
 

@@ -18,17 +18,18 @@ from sqlalchemy.orm import Session
 
 from tests.simtools import client_for, wait_for
 from tests.watchdog.harness import fast_settings, start_watchdog
+from volcano_monitor.core.kube.leaderelection import AlwaysLeader
 from volcano_monitor.core.quantity import parse_quantity
 from volcano_monitor.simulator import resources as R
 from volcano_monitor.simulator.chatinbox import ChatInbox
 from volcano_monitor.simulator.runtime import SimulatorThread
-from volcano_monitor.watchdog.views.api import Health, create_app
-from volcano_monitor.watchdog.runtime.app import Watchdog
-from volcano_monitor.watchdog.config import Settings
-from volcano_monitor.watchdog.state.db.models import OomResubmission, UsageRollup
-from volcano_monitor.core.kube.leaderelection import AlwaysLeader
 from volcano_monitor.watchdog.actions.oomscale.api import oom_router, outbox_notice, render_oom_metrics
 from volcano_monitor.watchdog.actions.oomscale.controller import OomScaleUpController
+from volcano_monitor.watchdog.config import Settings
+from volcano_monitor.watchdog.runtime.app import Watchdog
+from volcano_monitor.watchdog.state.db.models import OomResubmission, UsageRollup
+from volcano_monitor.watchdog.views.api import create_app
+from volcano_monitor.watchdog.views.health import Health
 
 GI = 2**30
 SPEED = 8.0

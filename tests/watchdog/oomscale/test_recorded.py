@@ -11,12 +11,12 @@ from sqlalchemy import Engine, create_engine, select
 from sqlalchemy.orm import Session
 
 from tests.recorded import load
-from volcano_monitor.core.model import parse_pod
-from volcano_monitor.watchdog.state.db.engine import migrate
-from volcano_monitor.watchdog.state.db.models import OomResubmission
 from volcano_monitor.core.kube.leaderelection import AlwaysLeader
+from volcano_monitor.core.model import parse_pod
 from volcano_monitor.watchdog.actions.oomscale.controller import OomScaleUpController, job_seen
 from volcano_monitor.watchdog.actions.oomscale.settings import OomScaleUpSettings
+from volcano_monitor.watchdog.state.db.engine import migrate
+from volcano_monitor.watchdog.state.db.models import OomResubmission
 
 
 def replay(name: str, engine: Engine) -> dict[str, str]:

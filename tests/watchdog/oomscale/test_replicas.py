@@ -17,14 +17,14 @@ from sqlalchemy.orm import Session
 
 from tests.simtools import client_for, wait_for
 from tests.watchdog.oomscale.test_end_to_end import events, first, jobs, phase
+from volcano_monitor.core.kube.leaderelection import AlwaysLeader
 from volcano_monitor.simulator import resources as R
 from volcano_monitor.simulator.runtime import SimulatorThread
 from volcano_monitor.simulator.store import WatchEvent
-from volcano_monitor.watchdog.state.db.models import OomResubmission
-from volcano_monitor.core.kube.leaderelection import AlwaysLeader
 from volcano_monitor.watchdog.actions.oomscale import plan, store
 from volcano_monitor.watchdog.actions.oomscale.controller import OomScaleUpController
 from volcano_monitor.watchdog.actions.oomscale.settings import OomScaleUpSettings
+from volcano_monitor.watchdog.state.db.models import OomResubmission
 
 SPEED = 8.0
 

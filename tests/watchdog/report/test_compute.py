@@ -17,11 +17,11 @@ import pytest
 from sqlalchemy import Engine
 from sqlalchemy.orm import Session
 
+from volcano_monitor.core.cron import parse_cron
 from volcano_monitor.watchdog.runtime.cli import main
 from volcano_monitor.watchdog.state.db.engine import make_engine, migrate
 from volcano_monitor.watchdog.state.db.models import Alert, JobRun
 from volcano_monitor.watchdog.views.report.compute import compute_report, parse_moment, percentile
-from volcano_monitor.core.cron import parse_cron
 
 # A Friday noon in the past (the digest tests schedule on it; messages are due by the real clock).
 _FRIDAY = parse_cron("0 12 * * fri").previous(datetime.now(UTC) - timedelta(days=8))

@@ -18,11 +18,12 @@ from sqlalchemy.orm import Session
 from tests.simtools import wait_for
 from tests.watchdog.report.test_compute import SINCE, UNTIL, expected, insert, make_alerts, make_rows
 from volcano_monitor.simulator.chatinbox import ChatInbox
-from volcano_monitor.watchdog.views.api import Health, create_app
-from volcano_monitor.watchdog.config import Settings, load
-from volcano_monitor.watchdog.state.db.models import ReportDigestSent
 from volcano_monitor.watchdog.actions.notify.outbox import Outbox
 from volcano_monitor.watchdog.actions.notify.sender import Notifier
+from volcano_monitor.watchdog.config import Settings, load
+from volcano_monitor.watchdog.state.db.models import ReportDigestSent
+from volcano_monitor.watchdog.views.api import create_app
+from volcano_monitor.watchdog.views.health import Health
 from volcano_monitor.watchdog.views.report.digest import DigestScheduler, due_period
 
 API = "http://watchdog.example:9747"

@@ -29,8 +29,8 @@ from tests.simtools import client_for, wait_for
 from tests.watchdog.harness import fast_settings, start_watchdog
 from tests.watchdog.test_crash import free_port
 from tests.watchdog.test_gpu_idle import SCRAPE_BOTH
+from volcano_monitor.core.kube.leaderelection import AlwaysLeader
 from volcano_monitor.simulator.runtime import SimulatorThread
-from volcano_monitor.watchdog.views.api import Health, QueueView, create_app
 from volcano_monitor.watchdog.actions.capability.controller import CapabilityController
 from volcano_monitor.watchdog.actions.capability.settings import CapabilitySettings
 from volcano_monitor.watchdog.state.db.engine import make_engine
@@ -42,7 +42,8 @@ from volcano_monitor.watchdog.state.db.models import (
     Silence,
     UsageRollup,
 )
-from volcano_monitor.core.kube.leaderelection import AlwaysLeader
+from volcano_monitor.watchdog.views.api import create_app
+from volcano_monitor.watchdog.views.health import Health, QueueView
 
 TOKEN = "ui-write-T0ken"
 READ = "ui-read-T0ken"

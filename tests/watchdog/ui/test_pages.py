@@ -17,10 +17,11 @@ from sqlalchemy import Engine, select
 from sqlalchemy.orm import Session
 
 from tests.watchdog.test_api import NOW, TOKEN, health, insert, make_alert, make_run
+from volcano_monitor.core.matchers import parse_matcher
 from volcano_monitor.core.quantity import parse_quantity
-from volcano_monitor.watchdog.views.api import QueueView, create_app
-from volcano_monitor.watchdog.runtime.app import Watchdog
 from volcano_monitor.watchdog.config import Settings
+from volcano_monitor.watchdog.findings.recommendations.book import ContainerSpec, HistogramBook
+from volcano_monitor.watchdog.runtime.app import Watchdog
 from volcano_monitor.watchdog.state.db.models import (
     Alert,
     CapabilityChange,
@@ -30,8 +31,8 @@ from volcano_monitor.watchdog.state.db.models import (
     Silence,
     UsageRollup,
 )
-from volcano_monitor.core.matchers import parse_matcher
-from volcano_monitor.watchdog.findings.recommendations.book import ContainerSpec, HistogramBook
+from volcano_monitor.watchdog.views.api import create_app
+from volcano_monitor.watchdog.views.health import QueueView
 
 READ = "read-only-T0ken"
 EVIL = '<script>alert("x")</script>'

@@ -24,7 +24,10 @@ from volcano_monitor.watchdog.actions.notify.api import STATES, SilenceIn
 from volcano_monitor.watchdog.config import Settings
 from volcano_monitor.watchdog.findings.recommendations import book as recommend
 from volcano_monitor.watchdog.state.db.models import Alert, JobRun, NotificationDelivery, Silence, UsageRollup
-from volcano_monitor.watchdog.views import api as wapi
+from volcano_monitor.watchdog.views.guard import token_guard
+from volcano_monitor.watchdog.views.health import QueueView
+from volcano_monitor.watchdog.views.resolve import store_resolve_request, wait_for_request
+from volcano_monitor.watchdog.views.schema import AlertId, queue_usage
 from volcano_monitor.watchdog.views.ui.forms import FormTokenRoute, error_page, form_of, refused_reader
 from volcano_monitor.watchdog.views.ui.html import (
     amount,
@@ -78,13 +81,13 @@ ALERT_HEADERS = ("#", "state", "severity", "kind", "job", "queue", "summary", "s
 
 
 def ui_router(engine: Engine, settings: Settings, clock: Callable[[], datetime],
-              queues: Callable[[], list[wapi.QueueView]], require_token: Callable[..., None],
+              queues: Callable[[], list[QueueView]], require_token: Callable[..., None],
               request_made: Callable[[], None] = lambda: None, wait_seconds: float = 5.0) -> APIRouter:
     """The UI's routes. `require_token`: the API's write guard (the very function, so the app's check
     finds it on every POST); `request_made`, `wait_seconds`: as for the API's resolve."""
     router = APIRouter(include_in_schema=False)
     writes = APIRouter(include_in_schema=False, route_class=FormTokenRoute, dependencies=[Depends(require_token)])
-    reader = wapi.token_guard(settings, reading=True)
+    reader = token_guard(settings, reading=True)
 
     def session() -> Session:
         return Session(engine)
@@ -95,7 +98,7 @@ def ui_router(engine: Engine, settings: Settings, clock: Callable[[], datetime],
         """The queue tree (spec.parent) with capability, deserved, allocated, use, and the ledger's live jobs."""
         views = {v.name: v for v in queues()}
         with session() as s:
-            _, seconds, usage = wapi.queue_usage(s, clock())
+            _, seconds, usage = queue_usage(s, clock())
             firing = dict(s.execute(select(Alert.queue, func.count()).where(Alert.state == "firing")
                                     .group_by(Alert.queue)).all())
             # Jobs by phase from the ledger: Volcano's Queue status no longer counts them (v1.12 has
@@ -249,7 +252,7 @@ def ui_router(engine: Engine, settings: Settings, clock: Callable[[], datetime],
             "/ui/alerts", total, offset, state=state, kind=kind, namespace=namespace, queue=queue))
 
     @router.get("/ui/alerts/{alert_id}", response_class=HTMLResponse)
-    def alert_page(alert_id: wapi.AlertId, note: Text = "") -> Response:
+    def alert_page(alert_id: AlertId, note: Text = "") -> Response:
         """One alert, its job, and the resolve and silence forms (they need the api_token)."""
         with session() as s:
             a = s.get(Alert, alert_id)
@@ -281,11 +284,11 @@ def ui_router(engine: Engine, settings: Settings, clock: Callable[[], datetime],
         return html(f"Alert {a.id}: {a.kind}", facts + forms, note)
 
     @writes.post("/ui/alerts/{alert_id}/resolve")
-    def resolve(alert_id: wapi.AlertId) -> Response:
+    def resolve(alert_id: AlertId) -> Response:
         """The API's resolve: a request the leader's worker carries out; waits a little for it."""
-        request_id = wapi.store_resolve_request(engine, alert_id, clock)
+        request_id = store_resolve_request(engine, alert_id, clock)
         request_made()
-        note = "stored" if wapi.wait_for_request(engine, request_id, wait_seconds) is None else "resolved"
+        note = "stored" if wait_for_request(engine, request_id, wait_seconds) is None else "resolved"
         return RedirectResponse(f"/ui/alerts/{alert_id}?note={note}", status_code=303)
 
     @writes.post("/ui/silences")
