@@ -11,6 +11,7 @@ import gc
 import math
 
 from volcano_monitor.simulator import objects as o
+from volcano_monitor.simulator.cluster_objects import namespace_object, node_object, queue_object
 from volcano_monitor.simulator.quantity import Resources, add, format_resources
 from volcano_monitor.simulator.resources import JOBS, NAMESPACES, NODES, PODGROUPS, PODS, QUEUES
 from volcano_monitor.simulator.specs import BulkSpec, NodeSpec, QueueSpec, TaskSpec, Workload
@@ -48,11 +49,11 @@ def _populate(store: Store, spec: BulkSpec, t: float) -> None:
     when = rfc3339(t)
 
     for ns in namespaces:
-        store.upsert(NAMESPACES, o.namespace_object(ns, t))
+        store.upsert(NAMESPACES, namespace_object(ns, t))
     nodes = [make_node(NodeSpec(f"node-{i:05d}", 64, 256, max_pods=max(110, per_node),
                                   zone=f"zone-{'abc'[i % 3]}")) for i in range(n_nodes)]
     for node in nodes:
-        store.upsert(NODES, o.node_object(node, t))
+        store.upsert(NODES, node_object(node, t))
 
     allocated: dict[str, Resources] = {q: {} for q in queues}
     slot = 0
@@ -98,10 +99,10 @@ def _populate(store: Store, spec: BulkSpec, t: float) -> None:
     cluster: Resources = {}
     for node in nodes:
         add(cluster, node.allocatable)
-    root = o.queue_object(QueueSpec("root", parent=None, reclaimable=False), t, cluster)
+    root = queue_object(QueueSpec("root", parent=None, reclaimable=False), t, cluster)
     root["status"]["allocated"] = format_resources(root_alloc, keep=("cpu", "memory"))
     store.upsert(QUEUES, root)
     for q in queues:
-        obj = o.queue_object(QueueSpec(q, weight=1), t)
+        obj = queue_object(QueueSpec(q, weight=1), t)
         obj["status"]["allocated"] = format_resources(allocated[q], keep=("cpu", "memory"))
         store.upsert(QUEUES, obj)

@@ -26,8 +26,8 @@ from collections.abc import Callable
 from typing import Any
 
 from volcano_monitor.simulator import extras
-from volcano_monitor.simulator import objects as o
 from volcano_monitor.simulator.bulk import populate
+from volcano_monitor.simulator.cluster_objects import namespace_object, node_object, queue_object
 from volcano_monitor.simulator.commands import consume
 from volcano_monitor.simulator.controllers import Controllers
 from volcano_monitor.simulator.resources import COMMANDS, JOBS, NAMESPACES, NODES, PODS, QUEUES, ResourceType
@@ -63,14 +63,14 @@ class Driver(Controllers):
             return
         self.now = self.started_at = self.clock()
         for ns in self.scenario.namespaces:
-            self.store.upsert(NAMESPACES, o.namespace_object(ns, self.now))
+            self.store.upsert(NAMESPACES, namespace_object(ns, self.now))
         for spec in self.scenario.nodes:
             node = make_node(spec)
             self.nodes[spec.name] = node
-            self.store.upsert(NODES, o.node_object(node, self.now))
+            self.store.upsert(NODES, node_object(node, self.now))
         cluster = self._cluster_allocatable()
         for qspec in self.scenario.queues:
-            self.store.upsert(QUEUES, o.queue_object(qspec, self.now, cluster))
+            self.store.upsert(QUEUES, queue_object(qspec, self.now, cluster))
         if self.scenario.bulk is not None:
             populate(self.store, self.scenario.bulk, self.now)
             return

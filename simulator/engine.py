@@ -17,6 +17,7 @@ from collections.abc import Callable
 from typing import Any
 
 from volcano_monitor.simulator import objects as o
+from volcano_monitor.simulator.cluster_objects import event_object
 from volcano_monitor.simulator.quantity import Resources, add, format_resources
 from volcano_monitor.simulator.resources import EVENTS, JOBS, PODGROUPS, PODS, QUEUES, ResourceType
 from volcano_monitor.simulator.scheduler import queue_chain, queue_view
@@ -243,7 +244,7 @@ class Engine:
                 self.store.update(EVENTS, obj)
             return
         name = f"{ref['name']}.{int(self.now * 1e9) + next(self._event_seq):x}"
-        obj = o.event_object(name, namespace, ref, kind, reason, message, component, self.now, self.now, 1, host)
+        obj = event_object(name, namespace, ref, kind, reason, message, component, self.now, self.now, 1, host)
         self.store.create(EVENTS, obj)
         self._events.append((namespace, name))
         if key is not None:
