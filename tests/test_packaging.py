@@ -77,7 +77,8 @@ def test_the_wheel_installs_next_to_pypis_watchdog_and_both_import(wheel: Path, 
     (Path(site) / "borrowed.pth").write_text(sysconfig.get_paths()["purelib"] + "\n")
     subprocess.run([str(python), "-m", "pip", "install", "--quiet", "--no-deps", str(wheel), "watchdog"],
                    check=True)
-    probe = ("import watchdog.observers, watchdog.events, volcano_monitor.watchdog.runtime.cli, volcano_monitor.exporter.cli,"
+    probe = ("import watchdog.observers, watchdog.events, volcano_monitor.watchdog.runtime.cli,"
+             " volcano_monitor.exporter.cli,"
              " volcano_monitor.dashboards.generate as d;"
              " print(watchdog.observers.__file__); print(volcano_monitor.watchdog.runtime.cli.__file__);"
              " print(len(d.rendered()))")

@@ -23,8 +23,8 @@ from sqlalchemy.exc import OperationalError
 from sqlalchemy.orm import Session
 
 from tests.recorded import load
+from tests.watchdog.findings.test_detectors import T0, oom, pod
 from tests.watchdog.harness import fast_settings
-from tests.watchdog.test_detectors import T0, oom, pod
 from volcano_monitor.core.model import parse_job, parse_podgroup, parse_queue
 from volcano_monitor.watchdog.runtime.app import Watchdog
 from volcano_monitor.watchdog.state.db.engine import make_engine, migrate

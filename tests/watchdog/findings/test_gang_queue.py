@@ -7,7 +7,7 @@ from __future__ import annotations
 from datetime import UTC, datetime
 from typing import Any
 
-from tests.watchdog.test_detectors import SETTINGS, T0, Obj, condition, job, podgroup, queue, ts
+from tests.watchdog.findings.test_detectors import SETTINGS, T0, Obj, condition, job, podgroup, queue, ts
 from volcano_monitor.core.model import parse_job, parse_podgroup, parse_queue
 from volcano_monitor.watchdog.findings.detectors import GangDetector, QueueDetector
 from volcano_monitor.watchdog.state.events import SchedulerNotes, about_podgroup, parse_event

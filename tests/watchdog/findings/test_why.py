@@ -160,6 +160,6 @@ def test_the_running_watchdog_explains_the_simulated_gang_too_big(engine: Engine
 
 
 def test_the_api_docs_list_every_reason() -> None:
-    text = (Path(__file__).parents[2] / "docs" / "watchdog.md").read_text()
+    text = (Path(__file__).parents[3] / "docs" / "watchdog.md").read_text()
     section = text[text.index("### Why is my job pending"):text.index("## Reliability")]
     assert all(f"`{reason}`" in section for reason in REASONS)

@@ -22,7 +22,8 @@ def test_a_taken_port_is_one_line_and_exit_2_before_anything_starts(tmp_path: Pa
         taken.bind(("127.0.0.1", 0))
         taken.listen()
         port = taken.getsockname()[1]
-        done = subprocess.run([sys.executable, "-m", "volcano_monitor.watchdog.runtime.cli", "--kubeconfig", str(kubeconfig),
+        done = subprocess.run([sys.executable, "-m", "volcano_monitor.watchdog.runtime.cli",
+                               "--kubeconfig", str(kubeconfig),
                                "--listen", f"127.0.0.1:{port}", "--database-url", f"sqlite:///{database}", "run"],
                               capture_output=True, text=True, timeout=60)
     assert done.returncode == 2

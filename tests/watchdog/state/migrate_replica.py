@@ -1,6 +1,6 @@
-"""One replica's migration, run as its own process by tests/watchdog/test_migrate_lock.py.
+"""One replica's migration, run as its own process by tests/watchdog/state/test_migrate_lock.py.
 
-`python -m tests.watchdog.migrate_replica URL RENDEZVOUS_DIR REPLICAS locked|unlocked`
+`python -m tests.watchdog.state.migrate_replica URL RENDEZVOUS_DIR REPLICAS locked|unlocked`
 
 Replicas are processes (as in a cluster, and because Alembic's `context` is process-global, so two
 threads cannot migrate at once in any case). Each is held just before it creates `alembic_version`

@@ -12,7 +12,7 @@ import pytest
 from sqlalchemy import Engine, select
 from sqlalchemy.orm import Session
 
-from tests.watchdog.test_detectors import job, oom, pod
+from tests.watchdog.findings.test_detectors import job, oom, pod
 from volcano_monitor.core.model import parse_job, parse_pod
 from volcano_monitor.watchdog.findings.detectors import FailureDetector, Signal, WasteDetector, fingerprint
 from volcano_monitor.watchdog.findings.detectors.settings import Detectors

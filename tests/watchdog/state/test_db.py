@@ -69,7 +69,8 @@ def test_migrate_command(database_url: str) -> None:
     import subprocess
     import sys
 
-    result = subprocess.run([sys.executable, "-m", "volcano_monitor.watchdog.runtime.cli", "--database-url", database_url,
+    result = subprocess.run([sys.executable, "-m", "volcano_monitor.watchdog.runtime.cli",
+                             "--database-url", database_url,
                              "migrate"],
                             capture_output=True, text=True, timeout=60)
     assert result.returncode == 0, result.stderr

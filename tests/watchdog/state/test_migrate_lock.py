@@ -3,7 +3,7 @@ succeed (issue 12, defect B), on a fresh PostgreSQL database and a fresh SQLite 
 
 Replicas are processes. The rendezvous test makes the race certain rather than likely: each replica
 is held just before it creates `alembic_version` (it has read that there is no schema yet) until the
-other has got as far, or is waiting on the lock (tests/watchdog/migrate_replica.py). Without a lock
+other has got as far, or is waiting on the lock (tests/watchdog/state/migrate_replica.py). Without a lock
 both get there and one fails; with it the second reads the version only once the first has
 finished. A test of the unlocked upgrade keeps the rendezvous honest: if it stopped failing, the
 interleaving would no longer be forced and the locked test would prove nothing.
@@ -44,9 +44,9 @@ def fresh_url(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[str]:
 
 def migrate_together(url: str, rendezvous: Path, mode: str, replicas: int = 2) -> list[tuple[int, str]]:
     """Start `replicas` processes migrating `url` at once (held at the version table, see
-    tests/watchdog/migrate_replica.py). Returns each one's exit code and stderr."""
+    tests/watchdog/state/migrate_replica.py). Returns each one's exit code and stderr."""
     rendezvous.mkdir()
-    argv = [sys.executable, "-m", "tests.watchdog.migrate_replica", url, str(rendezvous), str(replicas), mode]
+    argv = [sys.executable, "-m", "tests.watchdog.state.migrate_replica", url, str(rendezvous), str(replicas), mode]
     processes = [subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
                  for _ in range(replicas)]
     results = []

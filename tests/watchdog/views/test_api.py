@@ -451,7 +451,7 @@ def test_people_data_needs_a_token_and_the_rest_is_public(seeded: Engine) -> Non
 def test_the_documented_silence_works_as_curl_sends_it(engine: Engine) -> None:
     """docs/notifications.md's example, with what `curl -d` declares when not told (form-urlencoded) and
     with no content type at all: JSON either way (it was a 422)."""
-    docs = (Path(__file__).resolve().parents[2] / "docs" / "notifications.md").read_text()
+    docs = (Path(__file__).resolve().parents[3] / "docs" / "notifications.md").read_text()
     body = re.search(r"silences -d '(\{.*?\})'", docs, re.S)
     assert body is not None, "the silence example is gone from docs/notifications.md"
     payload = json.loads(body.group(1))

@@ -15,8 +15,8 @@ from pydantic import SecretStr
 from sqlalchemy import Engine, select
 from sqlalchemy.orm import Session
 
+from tests.watchdog.findings.test_detectors import podgroup, ts
 from tests.watchdog.harness import fast_settings
-from tests.watchdog.test_detectors import podgroup, ts
 from volcano_monitor.core.model import parse_podgroup
 from volcano_monitor.watchdog.actions.notify.message import AlertItem
 from volcano_monitor.watchdog.runtime.app import Watchdog

@@ -15,7 +15,7 @@ from prometheus_client.parser import text_string_to_metric_families
 from sqlalchemy import Engine
 from sqlalchemy.orm import Session
 
-from tests.watchdog.test_api import NOW, insert, make_alert, make_run, rec
+from tests.watchdog.views.test_api import NOW, insert, make_alert, make_run, rec
 from volcano_monitor.watchdog.config import Settings
 from volcano_monitor.watchdog.findings.recommendations import book as recommend
 from volcano_monitor.watchdog.state.db.engine import make_engine

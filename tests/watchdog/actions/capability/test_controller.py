@@ -19,7 +19,7 @@ from sqlalchemy import Engine, select
 from sqlalchemy.orm import Session
 
 from tests.simtools import FakeClock, client_for, wait_for
-from tests.watchdog.capability.conftest import (
+from tests.watchdog.actions.capability.conftest import (
     capability,
     delete,
     events,

@@ -10,7 +10,7 @@ from pathlib import Path
 from kubernetes import client
 
 from tests.simtools import FakeClock, client_for, wait_for
-from tests.watchdog.capability.conftest import stored
+from tests.watchdog.actions.capability.conftest import stored
 from volcano_monitor.core.kube.leaderelection import AlwaysLeader, LeaderElector, make_leader
 from volcano_monitor.core.kube.rest import request_json
 from volcano_monitor.simulator import resources as R

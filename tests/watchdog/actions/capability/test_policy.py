@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 from pydantic import ValidationError
 
-from tests.watchdog.capability.conftest import node
+from tests.watchdog.actions.capability.conftest import node
 from volcano_monitor.core.model import parse_node, parse_pod
 from volcano_monitor.watchdog.actions.capability.policy import demand_target, pending_requests, percentile, share_target
 from volcano_monitor.watchdog.actions.capability.settings import CapabilitySettings, DemandPolicy, SharePolicy

@@ -21,7 +21,7 @@ import pytest
 
 from volcano_monitor.simulator.chatinbox import ChatInbox
 
-ROOT = Path(__file__).resolve().parents[3]
+ROOT = Path(__file__).resolve().parents[4]
 FEISHU_SECRET = "fs-secret"
 DINGTALK_SECRET = "SECdt-secret"
 

@@ -13,7 +13,7 @@ import yaml
 
 from tests.exporter.test_cli import free_port
 from tests.simtools import wait_for
-from tests.watchdog.oomscale.test_end_to_end import first, jobs, phase
+from tests.watchdog.actions.oomscale.test_end_to_end import first, jobs, phase
 from volcano_monitor.simulator.runtime import SimulatorThread, write_kubeconfig
 
 
@@ -26,7 +26,8 @@ def test_the_watchdog_process_resubmits_and_reports(database_url: str, tmp_path:
     port = free_port()
     log = tmp_path / "watchdog.log"
     process = subprocess.Popen(
-        [sys.executable, "-m", "volcano_monitor.watchdog.runtime.cli", "--kubeconfig", str(kubeconfig), "--database-url",
+        [sys.executable, "-m", "volcano_monitor.watchdog.runtime.cli",
+         "--kubeconfig", str(kubeconfig), "--database-url",
          database_url,
          "--listen", f"127.0.0.1:{port}", "--config", str(config)],
         stdout=log.open("ab"), stderr=subprocess.STDOUT, env={**os.environ, "PYTHONUNBUFFERED": "1"})

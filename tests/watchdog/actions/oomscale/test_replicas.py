@@ -16,7 +16,7 @@ from sqlalchemy import Engine, select
 from sqlalchemy.orm import Session
 
 from tests.simtools import client_for, wait_for
-from tests.watchdog.oomscale.test_end_to_end import events, first, jobs, phase
+from tests.watchdog.actions.oomscale.test_end_to_end import events, first, jobs, phase
 from volcano_monitor.core.kube.leaderelection import AlwaysLeader
 from volcano_monitor.simulator import resources as R
 from volcano_monitor.simulator.runtime import SimulatorThread

@@ -315,7 +315,8 @@ def recommend_cli(database_url: str, *args: str) -> str:
     import subprocess
     import sys
 
-    result = subprocess.run([sys.executable, "-m", "volcano_monitor.watchdog.runtime.cli", "--database-url", database_url,
+    result = subprocess.run([sys.executable, "-m", "volcano_monitor.watchdog.runtime.cli",
+                             "--database-url", database_url,
                              "recommend", *args], capture_output=True, text=True, timeout=60)
     assert result.returncode == 0, result.stderr
     return result.stdout

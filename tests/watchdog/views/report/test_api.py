@@ -9,7 +9,7 @@ import io
 from fastapi.testclient import TestClient
 from sqlalchemy import Engine
 
-from tests.watchdog.report.test_compute import SINCE, UNTIL, expected, insert, make_alerts, make_rows
+from tests.watchdog.views.report.test_compute import SINCE, UNTIL, expected, insert, make_alerts, make_rows
 from volcano_monitor.watchdog.config import Settings
 from volcano_monitor.watchdog.views.api import create_app
 from volcano_monitor.watchdog.views.health import Health

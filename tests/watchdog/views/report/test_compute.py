@@ -171,7 +171,8 @@ def test_parse_moment() -> None:
 
 def test_report_creates_no_database_and_names_the_one_it_read(tmp_path: Path, database_url: str) -> None:
     def run(url: str) -> subprocess.CompletedProcess[str]:
-        return subprocess.run([sys.executable, "-m", "volcano_monitor.watchdog.runtime.cli", "--database-url", url, "report",
+        return subprocess.run([sys.executable, "-m", "volcano_monitor.watchdog.runtime.cli",
+                               "--database-url", url, "report",
                                "-o", "csv"],
                               capture_output=True, text=True, timeout=60, cwd=tmp_path)
 

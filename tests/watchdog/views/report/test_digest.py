@@ -16,7 +16,7 @@ from sqlalchemy import Engine, func, select
 from sqlalchemy.orm import Session
 
 from tests.simtools import wait_for
-from tests.watchdog.report.test_compute import SINCE, UNTIL, expected, insert, make_alerts, make_rows
+from tests.watchdog.views.report.test_compute import SINCE, UNTIL, expected, insert, make_alerts, make_rows
 from volcano_monitor.simulator.chatinbox import ChatInbox
 from volcano_monitor.watchdog.actions.notify.outbox import Outbox
 from volcano_monitor.watchdog.actions.notify.sender import Notifier

@@ -26,9 +26,9 @@ from sqlalchemy.orm import Session
 
 from tests.exporter.test_prometheus import Prometheus, prometheus_binary
 from tests.simtools import client_for, wait_for
+from tests.watchdog.findings.test_gpu_idle import SCRAPE_BOTH
 from tests.watchdog.harness import fast_settings, start_watchdog
 from tests.watchdog.test_crash import free_port
-from tests.watchdog.test_gpu_idle import SCRAPE_BOTH
 from volcano_monitor.core.kube.leaderelection import AlwaysLeader
 from volcano_monitor.simulator.runtime import SimulatorThread
 from volcano_monitor.watchdog.actions.capability.controller import CapabilityController
@@ -49,7 +49,7 @@ TOKEN = "ui-write-T0ken"
 READ = "ui-read-T0ken"
 CHROMIUM = os.environ.get("VOLCANO_TEST_CHROMIUM", "/usr/bin/chromium")
 CHROMEDRIVER = os.environ.get("VOLCANO_TEST_CHROMEDRIVER", "/usr/bin/chromedriver")
-ARTIFACTS = Path(__file__).resolve().parents[3] / "test-artifacts" / "ui"
+ARTIFACTS = Path(__file__).resolve().parents[4] / "test-artifacts" / "ui"
 
 
 def browser_check() -> None:

@@ -16,7 +16,7 @@ from pydantic import SecretStr
 from sqlalchemy import Engine, select
 from sqlalchemy.orm import Session
 
-from tests.watchdog.test_api import NOW, TOKEN, health, insert, make_alert, make_run
+from tests.watchdog.views.test_api import NOW, TOKEN, health, insert, make_alert, make_run
 from volcano_monitor.core.matchers import parse_matcher
 from volcano_monitor.core.quantity import parse_quantity
 from volcano_monitor.watchdog.config import Settings
