@@ -5,6 +5,11 @@ Rows are bytes per (family, object key), encoded once when the object changes. A
 updated by subtracting an object's previous contribution and adding its new one; resource sums
 are kept as integers in nano-units so adding and removing never drifts. One lock guards it all:
 informer threads write, the HTTP thread reads.
+
+One piece: the handlers and the scrape are the two sides of that one lock and work on the same state
+(rows, per-queue sums, pods attributed through their PodGroup's owner, the cached history member);
+what renders lines is already elsewhere (families/, rows.py, aggregates.py, waiting.py), and a split
+would leave the state in one file and half of what reads or changes it in another.
 """
 
 from __future__ import annotations
