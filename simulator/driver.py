@@ -7,9 +7,10 @@ objects with the time each transition happened. Given the same clock readings it
 thing (object UIDs aside). Everything runs on the store's event loop thread; no locks.
 
 Layers, each a module: Engine (state, event queue, writing to the store, Events) -> Kubelet (pods on
-nodes, usage) -> Controllers (submission, Volcano's scheduler and job controller, the training
-operator) -> Driver (this: the public interface). Scenarios live in simulator.scenario, the usage
-model in simulator.usage, the `scale` scenario's bulk objects in simulator.bulk.
+nodes, usage) -> Preemption (Volcano's preempt action) -> Allocation (Volcano's scheduler: enqueue,
+allocate, PodGroup status) -> Controllers (submission, Volcano's job controller, the training
+operator) -> Driver (this: the public interface). Scenarios live in simulator.scenario (their types in
+simulator.specs), the usage model in simulator.usage, the `scale` scenario's bulk objects in simulator.bulk.
 
 Deleting a Job (or a pod) through the API is noticed at the next tick: the run is cleaned up and
 resubmitted after its pause (a lost pod is replaced, as Volcano's job controller does).

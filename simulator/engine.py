@@ -1,8 +1,9 @@
 """The simulation engine under the driver: the driver's state, the event queue on the real clock, and
 writing that state to the store (objects, queue status, Kubernetes Events).
 
-Layers: Engine (this) -> Kubelet (simulator.kubelet) -> Controllers (simulator.controllers, Volcano's
-job controller and scheduler, the training operator) -> Driver (simulator.driver, the public face).
+Layers: Engine (this) -> Kubelet (simulator.kubelet) -> Preemption (simulator.preempt) -> Allocation
+(simulator.allocate, Volcano's scheduler) -> Controllers (simulator.controllers, Volcano's job controller,
+the training operator) -> Driver (simulator.driver, the public face).
 """
 
 from __future__ import annotations

@@ -81,7 +81,8 @@ def plan_preemption(pending: list[PodSim], nodes: list[NodeSim], cordoned: set[s
 
 
 class Preemption(Kubelet):
-    """The preempt action on top of the kubelet (the controllers call `_preempt` after allocating)."""
+    """The preempt action on top of the kubelet (the scheduler, simulator.allocate, calls `_preempt` after
+    allocating)."""
 
     def _preempt(self, run: RunSim, nodes: list[NodeSim], cordoned: set[str]) -> None:
         floor = priority(run.workload)
