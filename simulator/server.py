@@ -1,14 +1,13 @@
 """A Kubernetes-API-compatible HTTP server over `Store`, good enough for the official Python
 client and kubectl: discovery, list (limit/continue, selectors), watch (resourceVersion,
 bookmarks, timeouts, 410), get/create/update/patch/delete, status subresources, Table printing,
-and fault injection (`/sim/faults`) for tests of the clients' resilience.
+and fault injection (`/sim/faults`) for tests of the clients' resilience. This module holds the
+routes; watch streams are served by simulator.watch (ApiServer derives from its WatchStreams).
 """
 
 from __future__ import annotations
 
 import asyncio
-import contextlib
-import time
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
@@ -18,11 +17,11 @@ from aiohttp import web
 from volcano_monitor.simulator import discovery
 from volcano_monitor.simulator.resources import ResourceType, find_type
 from volcano_monitor.simulator.selectors import Predicate, combine, field_selector, label_selector
-from volcano_monitor.simulator.store import JSON_PATCH, MERGE_PATCH, ApiError, Store, WatchEvent
-from volcano_monitor.simulator.tables import table
+from volcano_monitor.simulator.store import JSON_PATCH, MERGE_PATCH, ApiError, Store
+from volcano_monitor.simulator.tables import table, wants_table
+from volcano_monitor.simulator.watch import WatchStreams
 
 JSON = "application/json"
-DEFAULT_WATCH_TIMEOUT = 1800.0
 
 
 @dataclass
@@ -54,10 +53,6 @@ def _json(obj: Any, status: int = 200) -> web.Response:
     return web.Response(status=status, body=orjson.dumps(obj), content_type=JSON)
 
 
-def _wants_table(request: web.Request) -> bool:
-    return "as=Table" in request.headers.get("Accept", "")
-
-
 @dataclass
 class Target:
     rtype: ResourceType
@@ -67,7 +62,7 @@ class Target:
     watch: bool
 
 
-class ApiServer:
+class ApiServer(WatchStreams):
     def __init__(self, store: Store, faults: Faults | None = None, bookmark_interval: float = 5.0,
                  metrics_source: Any = None) -> None:
         self.store = store
@@ -207,7 +202,7 @@ class ApiServer:
             obj = self.store.get(t.rtype, ns, t.name)
             if obj is None:
                 raise self.store.not_found(t.rtype, t.name)
-            if _wants_table(request):
+            if wants_table(request):
                 return _json(table(t.rtype, [obj], {"resourceVersion": obj["metadata"].get("resourceVersion")}))
             return _json(obj)
         if "create" not in t.rtype.verbs:
@@ -297,7 +292,7 @@ class ApiServer:
                 snap_token = self.store.open_snapshot(items)
             meta["continue"] = f"{snap_token}:{offset + limit}"
             meta["remainingItemCount"] = len(items) - offset - limit
-        if _wants_table(request):
+        if wants_table(request):
             return _json(table(t.rtype, [s.obj for s in page], meta))
         head = orjson.dumps({"kind": t.rtype.kind + "List", "apiVersion": t.rtype.api_version, "metadata": meta})
         body = head[:-1] + b',"items":[' + b",".join(s.raw for s in page) + b"]}"
@@ -312,126 +307,3 @@ class ApiServer:
                 deleted.append(self.store.delete(t.rtype, meta.get("namespace", ""), meta["name"]))
         return _json({"kind": t.rtype.kind + "List", "apiVersion": t.rtype.api_version,
                       "metadata": {"resourceVersion": str(self.store.rv)}, "items": deleted})
-
-    # ---- watch ----------------------------------------------------------------------------------
-
-    async def _watch(self, request: web.Request, t: Target) -> web.StreamResponse:
-        query = request.query
-        predicate = self._predicate(request, t)
-        as_table = _wants_table(request)
-        bookmarks = query.get("allowWatchBookmarks") in ("true", "1", "True")
-        try:
-            timeout = float(query.get("timeoutSeconds", DEFAULT_WATCH_TIMEOUT))
-            rv_text = query.get("resourceVersion", "")
-            since = int(rv_text) if rv_text not in ("", "0") else None
-        except ValueError as exc:
-            raise ApiError(400, "BadRequest", f"invalid watch parameter: {exc}") from exc
-        streaming = query.get("sendInitialEvents") in ("true", "1", "True")
-        match = query.get("resourceVersionMatch", "")
-        if streaming:  # a streaming list (KEP-3157): the current state, a marked bookmark, then the watch
-            if not self.faults.watch_list:
-                raise ApiError(422, "Invalid", "sendInitialEvents is forbidden for watch unless the WatchList "
-                                               "feature gate is enabled")
-            if match != "NotOlderThan" or not bookmarks:
-                raise ApiError(422, "Invalid", "sendInitialEvents requires resourceVersionMatch=NotOlderThan "
-                                               "and allowWatchBookmarks=true")
-            if since is not None and since > self.store.rv:
-                raise ApiError(504, "Timeout", f"Too large resource version: {since}, current: {self.store.rv}")
-            since = None
-        elif match:
-            raise ApiError(422, "Invalid", "resourceVersionMatch is forbidden for watch unless sendInitialEvents "
-                                           "is provided")
-        bucket = self.store.bucket(t.rtype)
-        response = web.StreamResponse(headers={"Content-Type": JSON})
-        await response.prepare(request)
-        self.active_watches += 1
-        generation = self.faults.drop_generation
-        deadline = time.monotonic() + timeout
-        next_bookmark = time.monotonic() + self.bookmark_interval
-        rtype = t.rtype
-
-        def line(event_type: str, obj: dict[str, Any], raw: bytes | None) -> bytes:
-            if as_table:
-                raw = orjson.dumps(table(rtype, [obj], {"resourceVersion": obj["metadata"]["resourceVersion"]}))
-            elif raw is None:
-                raw = orjson.dumps(obj)
-            return b'{"type":"' + event_type.encode() + b'","object":' + raw + b"}\n"
-
-        try:
-            if since is None:  # start with the current state, as synthetic ADDED events
-                last_rv = self.store.rv
-                initial = [s for s in self.store.items(rtype, t.namespace)
-                           if predicate is None or predicate(s.obj)]
-                if streaming and self.faults.truncate_streams > 0:  # cut before the end bookmark
-                    self.faults.truncate_streams -= 1
-                    await response.write(b"".join(line("ADDED", s.obj, s.raw) for s in initial[:len(initial) // 2]))
-                    raise ConnectionResetError
-                for stored in initial:  # one write (one HTTP chunk) per event, as the API server's watch
-                    await response.write(line("ADDED", stored.obj, stored.raw))  # encoder: never the state at once
-                if streaming:
-                    mark = {"kind": rtype.kind, "apiVersion": rtype.api_version,
-                            "metadata": {"resourceVersion": str(last_rv),
-                                         "annotations": {"k8s.io/initial-events-end": "true"}}}
-                    self.streamed_lists += 1  # before the write: a client may act on the bookmark at once
-                    await response.write(b'{"type":"BOOKMARK","object":' + orjson.dumps(mark) + b"}\n")
-            else:
-                last_rv = since
-            while True:
-                if self.faults.drop_generation != generation or time.monotonic() >= deadline:
-                    break
-                try:
-                    events = bucket.events_after(last_rv)
-                except ApiError as error:
-                    await response.write(b'{"type":"ERROR","object":' + orjson.dumps(error.status()) + b"}\n")
-                    break
-                if events:
-                    last_rv = events[-1].rv
-                    chunk, cut = self._render_events(events, predicate, line)
-                    if chunk:
-                        await response.write(chunk)
-                    if cut:
-                        break
-                    continue
-                now = time.monotonic()
-                if bookmarks and now >= next_bookmark:
-                    # No await since events_after found nothing: every event up to store.rv was sent.
-                    last_rv = self.store.rv
-                    mark = {"kind": rtype.kind, "apiVersion": rtype.api_version,
-                            "metadata": {"resourceVersion": str(last_rv)}}
-                    await response.write(b'{"type":"BOOKMARK","object":' + orjson.dumps(mark) + b"}\n")
-                    next_bookmark = now + self.bookmark_interval
-                    continue
-                wait = min(deadline - now, (next_bookmark - now) if bookmarks else deadline - now)
-                with contextlib.suppress(TimeoutError):
-                    await asyncio.wait_for(bucket.changed.wait(), timeout=max(wait, 0.001))
-        except (ConnectionResetError, asyncio.CancelledError):
-            pass
-        finally:
-            self.active_watches -= 1
-        with contextlib.suppress(ConnectionResetError, RuntimeError):
-            await response.write_eof()
-        return response
-
-    def _render_events(self, events: list[WatchEvent], predicate: Predicate | None,
-                       line: Any) -> tuple[bytes, bool]:
-        """Turn store events into watch lines for one watcher; True when a fault cuts the stream."""
-        out: list[bytes] = []
-        for event in events:
-            event_type = event.type
-            if predicate is not None:
-                now_match = predicate(event.obj)
-                was_match = event.old is not None and predicate(event.old)
-                if event_type == "MODIFIED" and now_match != was_match:
-                    event_type = "ADDED" if now_match else "DELETED"
-                elif not now_match:
-                    continue
-            encoded = line(event_type, event.obj, event.raw)
-            if self.faults.truncate_streams > 0:
-                self.faults.truncate_streams -= 1
-                out.append(encoded[: len(encoded) // 2])
-                return b"".join(out), True
-            if self.faults.malformed_lines > 0:
-                self.faults.malformed_lines -= 1
-                encoded = b'{"type":"MODIFIED","object":{"metadata":\x00garbage\n'
-            out.append(encoded)
-        return b"".join(out), False

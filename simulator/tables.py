@@ -6,12 +6,20 @@ from __future__ import annotations
 import time
 from collections.abc import Callable
 from datetime import datetime
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from volcano_monitor.simulator.resources import JOBS, NAMESPACES, NODES, PODGROUPS, PODS, QUEUES, ResourceType
 
+if TYPE_CHECKING:
+    from aiohttp import web
+
 Obj = dict[str, Any]
 Column = tuple[str, str, int, Callable[[Obj], Any]]  # name, type, priority, cell
+
+
+def wants_table(request: web.Request) -> bool:
+    """The client asks for a Table (kubectl: `Accept: application/json;as=Table;v=v1;g=meta.k8s.io,...`)."""
+    return "as=Table" in request.headers.get("Accept", "")
 
 
 def _get(obj: Any, *path: str) -> Any:
