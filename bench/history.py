@@ -4,7 +4,7 @@ History (--history-containers containers, jobs of 4 pods x 2 containers, 10 queu
 days): written through the production path, `UsageRecorder.ingest` then `UsageRecorder.flush` + commit,
 one sample per container per 5-minute bucket (the collection interval compressed: a bucket's row is
 the same however many samples it holds; the recorder is told the interval is 300 s), flushed once per
-simulated hour (12 buckets in bulk), then a pass of `watchdog.retention.run_retention` (hourly, as
+simulated hour (12 buckets in bulk), then a pass of `watchdog.runtime.retention.run_retention` (hourly, as
 retention.check_interval_seconds' default), unpaced (nothing else writes meanwhile). Histograms are not
 fed (recommendations never read rollups). On PostgreSQL a plain VACUUM of the rollup tables after every
 simulated day stands in for autovacuum, which compressed time gives no chance to run. Rows and bytes

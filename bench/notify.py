@@ -161,7 +161,7 @@ def measure() -> dict[str, Any]:
         "target_p99_ms": TARGET_P99_MS, "meets_target": overall["p99"] <= TARGET_P99_MS,
         "config": {"database": "sqlite (temp file)", "route": ROUTE, "receiver": "webhook (ChatInbox, local)",
                    "receiver_rate_limit_per_minute": RECEIVER_RATE_LIMIT, "delivery": DELIVERY,
-                   "worker_intervals": "defaults (watchdog.app.Intervals)", "simulator_scenario": "empty",
+                   "worker_intervals": "defaults (watchdog.runtime.app.Intervals)", "simulator_scenario": "empty",
                    "latency_from": "just before the status PATCH is sent",
                    "latency_to": "the chat server's receive time"},
         "elapsed_seconds": round(time.monotonic() - started, 1),

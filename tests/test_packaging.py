@@ -36,7 +36,7 @@ def test_a_bare_watchdog_is_never_ours() -> None:
 
 def test_modules_come_from_the_repository_folders() -> None:
     assert Path(volcano_monitor.exporter.cli.__file__).resolve() == ROOT / "exporter" / "cli.py"
-    assert volcano_monitor.watchdog.state.db.engine.MIGRATIONS == ROOT / "watchdog" / "db" / "migrations"
+    assert volcano_monitor.watchdog.state.db.engine.MIGRATIONS == ROOT / "watchdog" / "state" / "db" / "migrations"
 
 
 @pytest.fixture(scope="module")

@@ -1,14 +1,14 @@
 """The running watchdog: the parts and their threads, put together.
 
-- `watchdog.feeds`: informers and usage collectors; they only enqueue;
-- `watchdog.writer`: the one writer thread, which observes each item once and owns every database write
+- `watchdog.sources.feeds`: informers and usage collectors; they only enqueue;
+- `watchdog.runtime.writer`: the one writer thread, which observes each item once and owns every database write
   (SQLite allows one writer) and every detector's state; leader only (a Lease; `leader_election`);
-- `watchdog.tasks`: what the writer stores and its periodic passes; the retention thread;
-- the notifier (`watchdog.notify.sender`), which sends what the writer put in the outbox.
+- `watchdog.runtime.tasks`: what the writer stores and its periodic passes; the retention thread;
+- the notifier (`watchdog.actions.notify.sender`), which sends what the writer put in the outbox.
 
 Several replicas, one truth: only the leader collects usage, writes the ledger, rollups and alerts,
 and carries out requests made through the API. Followers keep their informers and detectors warm and
-write nothing; a replica that becomes leader takes over as after a restart (`watchdog.writer`).
+write nothing; a replica that becomes leader takes over as after a restart (`watchdog.runtime.writer`).
 """
 
 from __future__ import annotations
@@ -82,7 +82,7 @@ class Watchdog:
         # A finished run is judged once its last usage flush is surely in.
         # GPU idle seconds per job, from the Prometheus collector's DCGM rounds (a gap of 3 rounds adds nothing).
         self.gpu_idle = GpuIdleTracker(settings.gpu_idle, 3 * settings.sources.prometheus.interval_seconds)
-        # Node detectors: Node objects and node usage go straight into a locked table (watchdog.nodes).
+        # Node detectors: Node objects and node usage go straight into a locked table (watchdog.state.nodes).
         self.nodes = NodeTable()
         self.stranded = GpuStrandedDetector(found.gpu_stranded, self.nodes, self.index) \
             if found.gpu_stranded.enabled else None

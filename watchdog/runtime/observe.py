@@ -36,7 +36,8 @@ from volcano_monitor.watchdog.state.signals import Signal
 __all__ = ["LEDGER_JOB", "LEDGER_PODGROUP", "SIGNALS", "Observer", "Write"]
 
 LEDGER_JOB, LEDGER_PODGROUP, SIGNALS = "ledger_job", "ledger_podgroup", "signals"
-BACKFILL = "backfill"  # history read from Prometheus, merged into the histograms (watchdog.usage.backfill)
+# history read from Prometheus, merged into the histograms (watchdog.findings.recommendations.backfill)
+BACKFILL = "backfill"
 
 
 @dataclass(frozen=True, slots=True)

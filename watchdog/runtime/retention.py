@@ -14,7 +14,7 @@ request x samples) stay exact; requests become sample-weighted means (request x 
 demand policy plans from each 5-minute bucket's usage (sum over containers of mean cores, peak bytes,
 GPUs in use), which an hour's sums cannot give back; the hourly row keeps each container's highest
 bucket figure (`cpu_cores_mean_max`, `gpus_used_max`; memory's peak is `memory_bytes_max`), and the
-demand policy counts an hour as its 5-minute buckets each at that upper bound (watchdog.capability.store).
+demand policy counts an hour as its 5-minute buckets each at that upper bound (watchdog.actions.capability.store).
 Recommendations keep what they need in their histograms and never read rollups.
 
 How a chunk moves: it takes the oldest `chunk_rows` 5-minute rows before the cutoff (an hour
@@ -170,7 +170,7 @@ def run_retention(engine: Engine, settings: Settings, now: datetime,
     and resolved alerts deleted, `settings.retention.chunk_rows` rows per transaction. Returns rows per
     table (`usage_rollups_downsampled`: 5-minute rows merged into hourly ones), `chunks`, and `stopped`
     (1 when `stop` was set: the pass ends after the chunk in flight; the next pass resumes). Deletes the
-    same rows as `watchdog.ledger.enforce_retention` (both use `watchdog.ledger.expired`). Call it on a
+    same rows as `watchdog.state.ledger.enforce_retention` (both use `watchdog.state.ledger.expired`). Call it on a
     thread of its own, never inside the writer's transaction. `pace=False`: no pause between chunks
     (nothing else writes: a migration, a bench building history)."""
     chunks = _Chunks(engine, settings.retention.chunk_rows, stop, pace)

@@ -24,7 +24,7 @@ class LeaderElection(_Section):
 
 class Retention(_Section):
     """How long time-ordered data is kept; enforced every `check_interval_seconds`, in chunks of `chunk_rows`
-    on a thread of its own (watchdog.retention)."""
+    on a thread of its own (watchdog.runtime.retention)."""
 
     usage_days: float = Field(default=14, gt=0, description="Usage rollups per container.")
     jobs_days: float = Field(default=180, gt=0, description="Job ledger rows, counted from the job's finish.")

@@ -1,6 +1,6 @@
 """The one writer: a thread that takes what the feeds queued, observes each item once (memory: detectors,
-the cluster index; see `watchdog.observe`) and stores what it calls for in one transaction, together
-with the periodic passes that are due (`watchdog.tasks`). SQLite allows one writer; every detector's
+the cluster index; see `watchdog.runtime.observe`) and stores what it calls for in one transaction, together
+with the periodic passes that are due (`watchdog.runtime.tasks`). SQLite allows one writer; every detector's
 state is touched by this thread alone.
 
 When the database is unreachable the transaction rolls back, the alert book is reloaded, and the same

@@ -211,7 +211,7 @@ def deleted_rows(session: Session, statement: Any) -> int:
 def expired(settings: Retention, now: datetime) -> dict[str, tuple[Table, ColumnElement[bool]]]:
     """What retention removes, per table: usage rollups (both resolutions) by bucket start, ledger
     rows by finish (a run deleted unfinished counts from its deletion, else its last update), resolved
-    alerts by resolution. Shared by `enforce_retention` and the chunked `watchdog.retention`, so the
+    alerts by resolution. Shared by `enforce_retention` and the chunked `watchdog.runtime.retention`, so the
     two cannot disagree on what is old."""
     usage_cutoff = now - timedelta(days=settings.usage_days)
     jobs_cutoff = now - timedelta(days=settings.jobs_days)
@@ -231,7 +231,7 @@ def expired(settings: Retention, now: datetime) -> dict[str, tuple[Table, Column
 
 def enforce_retention(session: Session, settings: Retention, now: datetime) -> dict[str, int]:
     """Delete everything `expired` in the caller's transaction, one statement per table. Fine for
-    small databases and tests; at scale (millions of rollups a day) use `watchdog.retention.run_retention`
+    small databases and tests; at scale (millions of rollups a day) use `watchdog.runtime.retention.run_retention`
     on a thread of its own, which removes the same rows in short chunks (and downsamples)."""
     counts = {name: deleted_rows(session, delete(table).where(where))
               for name, (table, where) in expired(settings, now).items()}

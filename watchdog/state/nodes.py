@@ -63,7 +63,7 @@ class NodeTable:
 
     def largest_allocatable(self) -> dict[str, float]:
         """Per resource (cpu, memory), the most one node can give: a recommendation above it could never
-        be placed (watchdog.recommend_policy). Empty while no node is known."""
+        be placed (watchdog.findings.recommendations.policy). Empty while no node is known."""
         largest: dict[str, float] = {}
         with self.lock:
             for node in self._nodes.values():

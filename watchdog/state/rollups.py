@@ -28,44 +28,41 @@ that transaction commits; if it rolls back (database down), the deltas go back i
 next flush writes them, so the ledger does not silently lose usage.
 
 Thread-safety: `ingest` and `flush` may run on different threads; a lock guards the in-memory state.
+The SQL a flush runs (one statement per table and batch, per dialect) is watchdog.state.rollup_sql.
 """
 
 from __future__ import annotations
 
 import logging
 import threading
-from collections.abc import Callable, Iterable
+from collections.abc import Iterable
 from dataclasses import dataclass, field
-from datetime import UTC, datetime
-from typing import Any, Protocol, cast
+from datetime import datetime
+from typing import Any, Protocol
 
-from sqlalchemy import Dialect, Table, event, select
+from sqlalchemy import event
 from sqlalchemy.orm import Session, SessionTransaction
 
-from volcano_monitor.watchdog.state.db.models import JobRun, UsageRollup
-from volcano_monitor.watchdog.state.samples import PodInfo, PodLookup, UsageSample
+from volcano_monitor.watchdog.state.rollup_sql import (
+    Rollup,
+    RollupKey,
+    add_to_job_runs,
+    write_rollups,
+)
+from volcano_monitor.watchdog.state.samples import PodLookup, UsageSample
 
 log = logging.getLogger(__name__)
 
-ROLLUPS = cast(Table, UsageRollup.__table__)
-JOB_RUNS = cast(Table, JobRun.__table__)
 # Beyond these a value is garbage, not usage (and would poison sums, or not fit a datetime).
 MAX_CPU_CORES = 1e5
 MAX_MEMORY_BYTES = float(2**60)
 MAX_TIMESTAMP = 253402214400.0  # 9999-12-31
 MAX_PENDING_ROLLUPS = 1_000_000  # a batch failing to flush is dropped beyond this (counted)
-_CHUNK = 500
 
-# Rollup delta: [samples, cpu_sum, cpu_max, mem_sum, mem_max, gpu_samples, gpu_sum, gpu_max, PodInfo]
-Rollup = list[Any]
-RollupKey = tuple[int, str, str, str]  # bucket start (epoch s), namespace, pod, container
-# Job delta: [cpu used, cpu requested, memory used, memory requested, gpu used, gpu requested, first seen]
-JOB_COLUMNS = ("cpu_core_seconds_used", "cpu_core_seconds_requested", "memory_byte_seconds_used",
-               "memory_byte_seconds_requested", "gpu_seconds_used", "gpu_seconds_requested")
 
 
 class HistogramSink(Protocol):
-    """What the recorder needs of `watchdog.recommend.HistogramBook`."""
+    """What the recorder needs of `watchdog.findings.recommendations.book.HistogramBook`."""
 
     def add_usage(self, namespace: str, workload: str, task: str, container: str, ts: float,
                   cpu_cores: float, memory_bytes: float) -> None: ...
@@ -81,20 +78,6 @@ class _Batch:
 @dataclass(slots=True)
 class _SessionHooks:
     batches: list[_Batch] = field(default_factory=list)
-
-
-def _array(column: Iterable[Any]) -> list[Any]:
-    """A column as one PostgreSQL array parameter: psycopg cannot send a list mixing int and float
-    (0 and 0.5 in one column), so a numeric column holding any float is sent as floats."""
-    values = list(column)
-    if any(type(v) is float for v in values) and all(type(v) in (int, float) for v in values):
-        return [float(v) for v in values]
-    return values
-
-
-def _text(value: str, limit: int) -> str:
-    """Fit a column: PostgreSQL refuses NUL characters in text."""
-    return value.replace("\x00", "")[:limit]
 
 
 def _merge_rollup(into: dict[RollupKey, Rollup], key: RollupKey, r: Rollup) -> None:
@@ -116,63 +99,6 @@ def _merge_job(into: dict[str, list[float]], uid: str, delta: list[float]) -> No
     for i in range(6):
         have[i] += delta[i]
     have[6] = min(have[6], delta[6])
-
-
-@dataclass(frozen=True, slots=True)
-class _Statements:
-    """Driver-level SQL for one dialect. Why not SQLAlchemy Core executemany: it spends ~30 us per
-    row building parameters, more than the database takes to upsert the row."""
-
-    columnar: bool  # parameters as one tuple of arrays (PostgreSQL) rather than a list of row tuples
-    upsert_rollups: str
-    update_jobs: str
-    time: Callable[[datetime], Any]  # a datetime as the driver should receive it (the column type's binding)
-
-
-_STATEMENTS: dict[str, _Statements] = {}
-_ROLLUP_KEY = ("bucket_start", "namespace", "pod", "container")
-_ROLLUP_COLUMNS = ("bucket_start", "bucket_seconds", "namespace", "pod", "container", "job_uid", "workload", "task",
-                   "queue", "samples", "cpu_cores_sum", "cpu_cores_max", "memory_bytes_sum", "memory_bytes_max",
-                   "gpu_samples", "gpu_util_sum", "gpu_util_max", "cpu_request_cores", "memory_request_bytes",
-                   "gpu_request")
-_ADDED = ("samples", "cpu_cores_sum", "memory_bytes_sum", "gpu_samples", "gpu_util_sum")
-_MAXED = ("cpu_cores_max", "memory_bytes_max", "gpu_util_max")
-_PG_ARRAY_TYPES = {"bucket_start": "timestamptz", "bucket_seconds": "int4", "samples": "int4", "gpu_samples": "int4",
-                   **dict.fromkeys(("namespace", "pod", "container", "job_uid", "workload", "task", "queue"), "text")}
-_PG_ARRAY_TYPES.update({c: "float8" for c in _ROLLUP_COLUMNS if c not in _PG_ARRAY_TYPES})
-_LATEST = ("job_uid", "workload", "task", "queue", "cpu_request_cores", "memory_request_bytes", "gpu_request")
-
-
-def _statements(dialect: Dialect) -> _Statements:
-    """The upsert (merge on the unique key: sums add, maxima take the greater, attribution takes the
-    latest) and the ledger increment, built once per dialect. SQLite: one row per executemany item.
-    PostgreSQL: the whole batch as one statement over unnest()ed arrays (one round trip; psycopg's
-    executemany costs a server round trip per row)."""
-    cached = _STATEMENTS.get(dialect.name)
-    if cached is not None:
-        return cached
-    table, jobs = ROLLUPS.name, JOB_RUNS.name
-    postgres = dialect.name == "postgresql"
-    assignments = ", ".join([f"{c} = {table}.{c} + excluded.{c}" for c in _ADDED]
-                            + [f"{c} = {'GREATEST' if postgres else 'max'}({table}.{c}, excluded.{c})" for c in _MAXED]
-                            + [f"{c} = excluded.{c}" for c in _LATEST])
-    conflict = f"ON CONFLICT ({', '.join(_ROLLUP_KEY)}) DO UPDATE SET {assignments}"
-    columns = ", ".join(_ROLLUP_COLUMNS)
-    if postgres:
-        arrays = ", ".join(f"%s::{_PG_ARRAY_TYPES[c]}[]" for c in _ROLLUP_COLUMNS)
-        upsert = f"INSERT INTO {table} ({columns}) SELECT * FROM unnest({arrays}) {conflict}"
-        increments = ", ".join(f"{c} = {jobs}.{c} + d.{c}" for c in JOB_COLUMNS)
-        update_jobs = (f"UPDATE {jobs} SET {increments}, updated_at = %s FROM unnest(%s::text[], "
-                       f"{', '.join(['%s::float8[]'] * len(JOB_COLUMNS))}) AS d(uid, {', '.join(JOB_COLUMNS)}) "
-                       f"WHERE {jobs}.uid = d.uid RETURNING {jobs}.uid")
-    else:
-        upsert = f"INSERT INTO {table} ({columns}) VALUES ({', '.join(['?'] * len(_ROLLUP_COLUMNS))}) {conflict}"
-        increments = ", ".join(f"{c} = {c} + ?" for c in JOB_COLUMNS)
-        update_jobs = f"UPDATE {jobs} SET {increments}, updated_at = ? WHERE uid = ?"
-    bind = ROLLUPS.c.bucket_start.type.dialect_impl(dialect).bind_processor(dialect)
-    built = _Statements(postgres, upsert, update_jobs, bind if bind is not None else (lambda value: value))
-    _STATEMENTS[dialect.name] = built
-    return built
 
 
 class UsageRecorder:
@@ -368,7 +294,7 @@ class UsageRecorder:
             self._job_gen += 1
         try:
             session.flush()  # ledger rows added through the ORM in this transaction must be visible
-            written = self._write_rollups(session, batch.rollups)
+            written = write_rollups(session, batch.rollups, self.bucket_seconds)
             written += self._write_jobs(session, batch, now, now_ts)
         except Exception:
             self._restore(batch)
@@ -378,54 +304,13 @@ class UsageRecorder:
             self._hooks(session).batches.append(batch)
         return written
 
-    def _write_rollups(self, session: Session, rollups: dict[RollupKey, Rollup]) -> int:
-        if not rollups:
-            return 0
-        connection = session.connection()
-        sql = _statements(connection.dialect)
-        to_db = sql.time
-        starts: dict[int, Any] = {}
-        rows: list[tuple[Any, ...]] = []
-        append = rows.append
-        bucket_seconds = self.bucket_seconds
-        for (bucket, namespace, pod, container), r in rollups.items():
-            start = starts.get(bucket)
-            if start is None:
-                start = starts[bucket] = to_db(datetime.fromtimestamp(bucket, UTC))
-            info: PodInfo = r[8]
-            append((start, bucket_seconds, namespace, pod, container, _text(info.job_uid, 64),
-                    _text(info.workload, 253), _text(info.task, 253), _text(info.queue, 253), r[0], r[1], r[2],
-                    r[3], r[4], r[5], r[6], r[7], info.cpu_request_cores, info.memory_request_bytes, info.gpus))
-        if sql.columnar:
-            connection.exec_driver_sql(sql.upsert_rollups, tuple(_array(column) for column in zip(*rows, strict=True)))
-        else:
-            connection.exec_driver_sql(sql.upsert_rollups, rows)
-        return len(rows)
-
     def _write_jobs(self, session: Session, batch: _Batch, now: datetime, now_ts: float) -> int:
-        """Add the job deltas to their ledger rows. PostgreSQL: one UPDATE over arrays, RETURNING
-        the uids it found. SQLite: an executemany UPDATE; only when it updated fewer rows than it
-        had deltas, a SELECT tells which uids have no row yet."""
+        """Add the job deltas to their ledger rows; the deltas of runs with no row yet wait (merged back into
+        memory) until `pending_job_seconds`, then are dropped and counted."""
         if not batch.jobs:
             return 0
-        connection = session.connection()
-        sql = _statements(connection.dialect)
-        when = sql.time(now)
         uids = list(batch.jobs)
-        existing: set[str] = set()
-        if sql.columnar:
-            deltas = list(batch.jobs.values())
-            columns = (_array([d[i] for d in deltas]) for i in range(6))
-            existing.update(connection.exec_driver_sql(sql.update_jobs, (when, uids, *columns)).scalars())
-        else:
-            rows = [(*d[:6], when, uid) for uid, d in batch.jobs.items()]
-            updated = connection.exec_driver_sql(sql.update_jobs, rows).rowcount  # summed over the rows
-            if updated == len(uids):
-                existing.update(uids)  # the usual case: every run has its row
-            else:
-                for i in range(0, len(uids), _CHUNK):
-                    chunk = uids[i:i + _CHUNK]
-                    existing.update(session.scalars(select(JOB_RUNS.c.uid).where(JOB_RUNS.c.uid.in_(chunk))))
+        existing = add_to_job_runs(session, batch.jobs, now)
         pending: dict[str, list[float]] = {}
         for uid in uids:
             if uid in existing:

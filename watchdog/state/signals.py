@@ -2,7 +2,7 @@
 identified by a stable `fingerprint`.
 
 Detectors never write to the database and never decide about pending/firing/resolved: they state
-facts, and `watchdog.alerts.AlertBook` turns the stream of facts into alert episodes. That split is
+facts, and `watchdog.state.alerts.AlertBook` turns the stream of facts into alert episodes. That split is
 what makes replays harmless: after a restart the informers relist everything, the detectors say the
 same things again, and the book (which loaded the unresolved alerts from the database) recognises
 them by fingerprint.
@@ -44,8 +44,8 @@ PARTIAL_GANG = "PartialGang"
 JOB_IDLE = "JobIdle"
 OVER_REQUESTED = "OverRequested"
 QUEUE_STARVED = "QueueStarved"
-GPU_STRANDED = "GpuStranded"  # periodic, per node: watchdog.detectors.stranded
-NODE_HOT = "NodeHot"  # periodic, per node: watchdog.detectors.hot
+GPU_STRANDED = "GpuStranded"  # periodic, per node: watchdog.findings.detectors.stranded
+NODE_HOT = "NodeHot"  # periodic, per node: watchdog.findings.detectors.hot
 
 SEVERITIES = ("critical", "warning", "info")
 

@@ -14,7 +14,7 @@ from collections.abc import Mapping
 # A trailing "-xxxxx" drawn from the alphabet Kubernetes uses for generated names (no vowels, so
 # words like "-base" stay), or trailing numeric date/time/counter parts ("-20240501-1200", "-7").
 _RUN_SUFFIX = re.compile(r"(-[bcdfghjklmnpqrstvwxz0-9]{4,5}|(-[0-9]+)+)$")
-# OOM auto scale-up's resubmissions (`<name>-oom<N>`, watchdog.oomscale) are runs of the same workload:
+# OOM auto scale-up's resubmissions (`<name>-oom<N>`, watchdog.actions.oomscale) are runs of the same workload:
 # the recommendation learns their peaks with the first run's.
 _OOM_SUFFIX = re.compile(r"-oom[0-9]+$")
 

@@ -1,4 +1,4 @@
-"""Retention at scale (watchdog.retention): chunked deletes equal `enforce_retention`'s, downsampling keeps
+"""Retention at scale (watchdog.runtime.retention): chunked deletes equal `enforce_retention`'s, downsampling keeps
 every total the readers compute, the demand policy stays conservative, migration 0008 on a database with
 data, and the readers' indexes. SQLite and PostgreSQL."""
 

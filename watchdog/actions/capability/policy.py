@@ -1,5 +1,5 @@
 """What a queue's capability should be, by policy: pure functions of the nodes, the usage history and
-the pending pods. Guardrails (watchdog.capability.guardrails) then decide how far to move towards it.
+the pending pods. Guardrails (watchdog.actions.capability.guardrails) then decide how far to move towards it.
 
 A target is a float per resource in base units, or None when the policy cannot tell (a demand policy
 without usage history in its window): an unknown target leaves the capability as it is, never lowers it

@@ -21,7 +21,7 @@ from volcano_monitor.watchdog.state.db.models import CapabilityPlan as PlanRow
 from volcano_monitor.watchdog.state.db.models import UsageRollup, UsageRollupHourly, UTCDateTime
 
 APPLIED, DRY_RUN = "applied", "dry_run"
-HOURLY_SECONDS = 3600  # the downsampled rows' bucket (watchdog.retention.HOUR)
+HOURLY_SECONDS = 3600  # the downsampled rows' bucket (watchdog.runtime.retention.HOUR)
 DEFAULT_BUCKET_SECONDS = 300  # the recorder's bucket, when no 5-minute row tells
 
 
@@ -132,7 +132,7 @@ def usage_buckets(session: Session, queue: str, since: datetime, until: datetime
     A bucket in which other queues have rows but this one has none counts as zero use: the collector was
     running and the queue used nothing. A bucket without any row at all is no evidence and is left out.
 
-    Hours already downsampled (watchdog.retention) count as their 5-minute buckets, each at the hour's
+    Hours already downsampled (watchdog.runtime.retention) count as their 5-minute buckets, each at the hour's
     upper bound: per container its highest bucket mean of cores (GPUs in use) and its peak bytes. So a
     percentile over downsampled history is never below the exact one (when the collector ran the whole
     hour) and above it by at most the spread of the queue's usage within an hour. While a retention

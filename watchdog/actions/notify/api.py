@@ -1,5 +1,5 @@
 """API of notifications: the Alertmanager receiver, silences, the outbox (dead letters included) and
-the receivers' names. Added to the watchdog's app by `watchdog.api.create_app`; every write is on the
+the receivers' names. Added to the watchdog's app by `watchdog.views.api.create_app`; every write is on the
 token-guarded router (Alertmanager sends the token with `http_config.authorization`)."""
 
 from __future__ import annotations

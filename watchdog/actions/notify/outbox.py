@@ -1,7 +1,7 @@
 """The durable outbox: alerts placed into message groups (in the transaction that changes the alert),
 groups turned into messages when due, messages claimed and marked as they are delivered.
 
-Three tables (watchdog/db/models.py): `notification_groups` (one per route x receiver x group-by
+Three tables (watchdog/state/db/models.py): `notification_groups` (one per route x receiver x group-by
 values, with the time the next message is due), `notification_entries` (each alert's latest state in
 the group and the state last told), `notification_deliveries` (the messages: pending -> sending ->
 sent | pending again later | dead | uncertain).

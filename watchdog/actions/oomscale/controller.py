@@ -1,5 +1,5 @@
 """The OOM auto scale-up controller: watches Volcano Jobs and their pods, and when a Job ends Failed
-or Aborted after an OOM kill, the leader resubmits it with more memory (watchdog.oomscale.plan).
+or Aborted after an OOM kill, the leader resubmits it with more memory (watchdog.actions.oomscale.plan).
 
 Several replicas, one truth. Every replica watches; only the leader decides, and each decision is a
 row of `oom_resubmissions`, unique on (namespace, lineage UID, attempt), inserted BEFORE the Job is

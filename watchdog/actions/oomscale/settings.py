@@ -1,4 +1,4 @@
-"""The `oom_scale_up` config section. Its own base class (as watchdog.capability.settings): the
+"""The `oom_scale_up` config section. Its own base class (as watchdog.actions.capability.settings): the
 watchdog.config module imports this one."""
 
 from __future__ import annotations

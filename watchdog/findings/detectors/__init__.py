@@ -1,6 +1,6 @@
 """Detectors (DESIGN §5): event-driven ones take informer events and return `Signal`s at once;
 periodic ones keep a little state from events (or read the database) and report, each round, every
-condition that holds. `watchdog.alerts.AlertBook` turns signals into stored alert episodes.
+condition that holds. `watchdog.state.alerts.AlertBook` turns signals into stored alert episodes.
 
 Detectors are not thread-safe: feed them and call `check()` from one thread (events from the
 informers' threads are handed to that thread), as with every database write."""

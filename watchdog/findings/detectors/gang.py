@@ -4,7 +4,7 @@ GangUnschedulable: a PodGroup waiting (`Pending` or `Inqueue`) with none of its 
 resources, for longer than `gang_unschedulable_seconds` — whatever its conditions say. Real Volcano
 (v1.12) leaves a gang bigger than the whole cluster `Pending` with no conditions at all; only the
 scheduler's Events say why. So the rule is the phase and the time, and the reason is whichever is
-newer: the scheduler's latest Event about the group (`watchdog.events.SchedulerNotes`) or its
+newer: the scheduler's latest Event about the group (`watchdog.state.events.SchedulerNotes`) or its
 `Unschedulable` condition. When the episode began:
 - a group never scheduled (no `Scheduled` condition): its creation — a watchdog started late does
   not wait the whole threshold again;
@@ -16,7 +16,7 @@ Volcano re-enqueues the empty group, Running -> Pending -> Inqueue, in the meant
 
 One cause, one alert: a group that waits only because its queue, an ancestor or the cluster is full
 with what already runs — it would fit alone, and Volcano admits it once something finishes — is
-QueueStarved's business (`watchdog.detectors.queue`), and raises no GangUnschedulable. The detector
+QueueStarved's business (`watchdog.findings.detectors.queue`), and raises no GangUnschedulable. The detector
 asks the queue detector (`blocked`) with the group's minResources. A gang that does not fit even
 an empty queue or cluster, or that was admitted but cannot be placed (NotEnoughResources,
 fragmentation), is GangUnschedulable.

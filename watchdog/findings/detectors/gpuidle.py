@@ -3,7 +3,7 @@
 GpuIdle — a job whose GPUs have all been idle (below `gpu_idle.idle_util_percent`) for its queue's
 `gpu_idle_limit_seconds` without a break. It stays active while the job stays idle and resolves when
 the job gets busy or ends. When the queue's policy aborts, the details say when (`abort_after_seconds`
-of firing); `watchdog.gpuidle.abort` acts on the firing alert, never on this detector's memory alone.
+of firing); `watchdog.actions.gpu_idle.abort` acts on the firing alert, never on this detector's memory alone.
 
 GpuNoData — a job requesting GPUs whose running GPU pods have no DCGM_FI_DEV_GPU_UTIL series for
 `gpu_idle.no_data_seconds`: the watchdog cannot tell whether they work, and says so instead of calling

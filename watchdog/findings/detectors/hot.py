@@ -2,7 +2,7 @@
 allocatable for `window_seconds`. CPU overcommit — pods using more than they request, with no limit —
 makes nodes run hot while their requests look fine, and the scheduler keeps placing pods there.
 
-Node usage is NodeMetrics (`watchdog.usage.node_metrics`, the whole node: what `kubectl top nodes`
+Node usage is NodeMetrics (`watchdog.sources.node_metrics`, the whole node: what `kubectl top nodes`
 says) or, with `source: pods` (no metrics-server), the sum of the latest usage samples of the Volcano
 pods on the node — a lower bound. A node whose usage is older than `STALE_FACTOR` polls states nothing
 (neither hot nor cool would be a fact): its open alert then resolves with the round, as when the node

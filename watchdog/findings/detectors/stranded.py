@@ -16,7 +16,7 @@ their queues, and its severity grows with the episode's stranded GPU-hours (the 
 over the checks; info, then warning, then critical). The integral lives in memory and in the alert's
 details: a replica taking over as leader (or a restart) continues from the stored value rather than
 starting at zero. Pods the watchdog does not watch (not Volcano's) are not counted: see
-`watchdog.nodes.NodePodCache`.
+`watchdog.state.nodes.NodePodCache`.
 """
 
 from __future__ import annotations

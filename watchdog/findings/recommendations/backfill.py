@@ -2,14 +2,14 @@
 of an install (or of a new workload) the histograms are empty and every recommendation has confidence
 0, while Prometheus usually holds weeks of cAdvisor history. The back-fill reads it once per workload.
 
-How, per batch of `batch_workloads` workloads (found among the live pods, watchdog.cluster):
+How, per batch of `batch_workloads` workloads (found among the live pods, watchdog.state.cluster):
 - Memory: each `recommendations.memory_interval_hours` interval's peak per container, one range
   query `max_over_time(container_memory_working_set_bytes[interval])` evaluated at the intervals' ends
   (and one instant query for the interval still open at the end of the range).
 - CPU: `rate(container_cpu_usage_seconds_total[rate_window])` at every `step_seconds`, in range
   queries of at most `chunk_hours` each. One point stands for step/60 one-a-minute samples (CPU weight
   and sample count, `HistogramBook.add_usage(count=...)`), the interval's peak goes with it.
-- Both select the batch's pods by one pod-name regex (watchdog.usage.backfill_queries), never one
+- Both select the batch's pods by one pod-name regex (watchdog.findings.recommendations.backfill_queries), never one
   query per pod; label values are escaped.
 The points go, per container and in time order, through what `HistogramBook.add_usage` does for the
 live path (`add_usage_series`: the same histogram operations, checked in one pass), into a book of

@@ -1,10 +1,10 @@
-"""PromQL for the usage back-fill (watchdog.usage.backfill): which pods belong to a batch of workloads,
-and the range queries that read their history.
+"""PromQL for the usage back-fill (watchdog.findings.recommendations.backfill): which pods belong to a batch of
+workloads, and the range queries that read their history.
 
 Why pod-name regexes: on the first day of an install Prometheus holds months of cAdvisor series but
 no `volcano_pod_info` to join them with (the exporter came with the install), so the only link from
 a series to a workload is its pod's name. A Volcano Job's pods are `<job>-<task>-<index>` and a run's
-job name is the workload plus a generated run suffix (watchdog.workload), so a workload's pods of all
+job name is the workload plus a generated run suffix (watchdog.state.workload), so a workload's pods of all
 its past runs match `<workload>(<run suffix>)?-(<task>|...)-[0-9]+`. One query selects a whole batch
 of workloads (their namespaces as a set, their patterns joined with `|`); each returned series is
 then attributed locally with the same patterns, which also drops a pod that only matched a
@@ -22,7 +22,7 @@ from dataclasses import dataclass
 
 from volcano_monitor.watchdog.sources.prometheus import CONTAINER_MATCHERS, promql_string, regex_literal
 
-# The run suffixes watchdog.workload strips (a generated 4-5 character suffix, numeric date/time parts).
+# The run suffixes watchdog.state.workload strips (a generated 4-5 character suffix, numeric date/time parts).
 RUN_SUFFIX = r"(-[bcdfghjklmnpqrstvwxz0-9]{4,5}|(-[0-9]+)+)?"
 
 

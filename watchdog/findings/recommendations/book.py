@@ -1,13 +1,13 @@
 """Request recommendations per workload x task x container, in the manner of the VPA recommender.
 
-Histograms (watchdog.histogram) are kept in memory by `HistogramBook`, fed by the usage collectors,
+Histograms (watchdog.state.histogram) are kept in memory by `HistogramBook`, fed by the usage collectors,
 and flushed to `workload_histograms` by the writer with the container's spec as last seen (requests,
 limits, queue, caps); `compute_recommendations` reads that table. The modules behind it:
-- watchdog.recommend_math: targets and bounds from the histograms (the VPA's formulas);
-- watchdog.recommend_policy: what makes them a recommendation one can paste: min/max_allowed, the queue's
+- watchdog.findings.recommendations.formulas: targets and bounds from the histograms (the VPA's formulas);
+- watchdog.findings.recommendations.policy: what makes them a recommendation one can paste: min/max_allowed, the queue's
   capability and the largest node's allocatable as caps, limits that keep the container's own
   limit/request ratio, and no patch below `min_confidence`;
-- watchdog.recommend_output: table, csv, json and yaml (patches) for people and programs.
+- watchdog.findings.recommendations.output: table, csv, json and yaml (patches) for people and programs.
 """
 
 from __future__ import annotations

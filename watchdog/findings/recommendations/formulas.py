@@ -1,5 +1,5 @@
 """The math of a recommendation (`recommend`), in the manner of the VPA recommender, on one container's
-decaying histograms: targets and bounds before any policy (watchdog.recommend_policy) is applied.
+decaying histograms: targets and bounds before any policy (watchdog.findings.recommendations.policy) is applied.
 
 With p = percentile of the decaying histogram and m = 1 + safety_margin:
 - CPU: every usage sample goes into the CPU histogram with weight 1 (VPA weights by the container's

@@ -1,4 +1,4 @@
-"""From the math's targets and bounds (watchdog.recommend_math) to a recommendation one can paste.
+"""From the math's targets and bounds (watchdog.findings.recommendations.formulas) to a recommendation one can paste.
 
 Why this step: people paste what they are shown. The VPA's upper bound is a bound, not a limit (25x the
 p95 after an hour of history), so it is only ever shown as the range lower-upper, and:

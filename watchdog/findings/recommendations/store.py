@@ -1,6 +1,6 @@
 """The stored side of recommendations: rows of `workload_histograms` (histograms, counts, the container's
 spec) to and from memory, and `compute_recommendations`, which the API, the web UI, /metrics and
-`volcano-watchdog recommend` read. The in-memory book that writes them is watchdog.recommend."""
+`volcano-watchdog recommend` read. The in-memory book that writes them is watchdog.findings.recommendations.book."""
 
 from __future__ import annotations
 

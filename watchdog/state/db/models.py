@@ -1,8 +1,12 @@
-"""The watchdog's tables (SQLAlchemy 2). Schema changes go through Alembic (watchdog/db/migrations):
+"""The watchdog's tables (SQLAlchemy 2). Schema changes go through Alembic (watchdog/state/db/migrations):
 change a model, then add a migration; a test fails when the two disagree.
 
 Times are timezone-aware UTC datetimes. Resource amounts are floats in base units (cores, bytes,
 GPUs); "…_seconds" columns are integrals over time (core-seconds, byte-seconds, GPU-seconds).
+
+One piece: this is the schema, one declarative class per table sharing one metadata; Alembic's autogenerate
+check (tests/watchdog/state/test_db.py) compares the migrations with it whole, and a reader looking for a
+column finds every table in one place.
 """
 
 from __future__ import annotations
@@ -89,7 +93,7 @@ class JobRun(Base):
     gpu_seconds_requested: Mapped[float] = mapped_column(Float, default=0.0)
     gpu_seconds_used: Mapped[float] = mapped_column(Float, default=0.0)  # utilisation x GPUs x seconds
     # Pods of the run as Volcano last counted them. A finished Job's final status drops its counts, so
-    # succeeded/failed keep the last status that reported finished pods (see watchdog.ledger).
+    # succeeded/failed keep the last status that reported finished pods (see watchdog.state.ledger).
     pods_pending: Mapped[int] = mapped_column(Integer, default=0, server_default="0")
     pods_running: Mapped[int] = mapped_column(Integer, default=0, server_default="0")
     pods_succeeded: Mapped[int] = mapped_column(Integer, default=0, server_default="0")
@@ -142,7 +146,7 @@ class UsageRollup(_RollupColumns, Base):
 
 class UsageRollupHourly(_RollupColumns, Base):
     """`usage_rollups` rows older than `retention.downsample_after_hours`, merged per container and hour
-    (watchdog.retention). Sums and sample counts add, maxima take the greater, so every total the
+    (watchdog.runtime.retention). Sums and sample counts add, maxima take the greater, so every total the
     readers compute stays exact; requests are sample-weighted means (request x samples stays exact).
     The demand policy needs each 5-minute bucket's mean, which an hour's sums cannot give back: it reads
     the highest one (`cpu_cores_mean_max`, `gpus_used_max`), an upper bound of every bucket of the hour.
@@ -175,14 +179,15 @@ class WorkloadHistogram(Base):
     workload: Mapped[str] = mapped_column(Name)
     task: Mapped[str] = mapped_column(Name, default="")
     container: Mapped[str] = mapped_column(Name)
-    cpu: Mapped[dict[str, Any]]  # serialized histogram (see watchdog.recommend)
+    cpu: Mapped[dict[str, Any]]  # serialized histogram (see watchdog.findings.recommendations.book)
     memory: Mapped[dict[str, Any]]
     samples: Mapped[int] = mapped_column(BigInteger, default=0)
     first_sample_at: Mapped[datetime | None]
     last_sample_at: Mapped[datetime | None]
     last_oom_at: Mapped[datetime | None]
     last_oom_memory_bytes: Mapped[float] = mapped_column(Float, default=0.0)
-    # The container as last seen: requests, limits, queue and caps (watchdog.recommend_policy.ContainerSpec);
+    # The container as last seen: requests, limits, queue and caps
+    # (watchdog.findings.recommendations.policy.ContainerSpec);
     # NULL until a pod of it is seen. None is SQL NULL (not JSON null): an upsert without a spec keeps the
     # stored one through COALESCE.
     spec: Mapped[dict[str, Any] | None] = mapped_column(JSON(none_as_null=True))
@@ -253,7 +258,7 @@ class NotificationGroup(Base):
     labels: Mapped[dict[str, Any]]
     flush_at: Mapped[datetime | None]
     last_flush_at: Mapped[datetime | None]
-    # Bumped by every writer of the group or its entries, compare-and-set (watchdog.notify.outbox):
+    # Bumped by every writer of the group or its entries, compare-and-set (watchdog.actions.notify.outbox):
     # the worker's enqueue and the sender's flush cannot overwrite each other's change.
     version: Mapped[int] = mapped_column(Integer, default=0, server_default="0")
     created_at: Mapped[datetime]
@@ -271,7 +276,7 @@ class NotificationEntry(Base):
     fingerprint: Mapped[str] = mapped_column(String(64))
     status: Mapped[str] = mapped_column(String(16))  # firing / resolved
     notified_status: Mapped[str | None] = mapped_column(String(16))
-    alert: Mapped[dict[str, Any]]  # watchdog.notify.message.AlertItem as a dict
+    alert: Mapped[dict[str, Any]]  # watchdog.actions.notify.message.AlertItem as a dict
     changed_at: Mapped[datetime]
 
 
@@ -290,7 +295,7 @@ class NotificationDelivery(Base):
     group_id: Mapped[int] = mapped_column(Id, ForeignKey("notification_groups.id", ondelete="CASCADE"))
     receiver: Mapped[str] = mapped_column(String(64))
     state: Mapped[str] = mapped_column(String(16))
-    message: Mapped[dict[str, Any]]  # watchdog.notify.message.Message as a dict
+    message: Mapped[dict[str, Any]]  # watchdog.actions.notify.message.Message as a dict
     attempts: Mapped[int] = mapped_column(Integer, default=0)
     next_attempt_at: Mapped[datetime]
     claimed_by: Mapped[str | None] = mapped_column(String(64))
@@ -318,7 +323,7 @@ class Silence(Base):
 
 
 class CapabilityPlan(Base):
-    """The latest plan of one queue's capability policy (watchdog.capability): one row per queue, replaced
+    """The latest plan of one queue's capability policy (watchdog.actions.capability): one row per queue, replaced
     by the leader at every reconcile, so any replica's API can show it."""
 
     __tablename__ = "capability_plans"
@@ -373,7 +378,7 @@ class ReportDigestSent(Base):
 
 
 class OomResubmission(Base):
-    """OOM auto scale-up's audit trail and lineage (watchdog/oomscale): one row per attempt of a
+    """OOM auto scale-up's audit trail and lineage (watchdog/actions/oomscale): one row per attempt of a
     lineage (the first run OOM-killed, then its `-oom<N>` resubmissions). The unique key is what makes
     the action idempotent: the leader inserts the row before it creates the Job, so a retry, a restart
     or a second replica finds it (or fails to insert it) and never submits the same attempt twice."""
@@ -427,7 +432,8 @@ class GpuIdleAbortRow(Base):
     created_at: Mapped[datetime]
     acted_at: Mapped[datetime | None]
 class WorkloadBackfill(Base):
-    """A workload whose recommendation histograms got their history from Prometheus (watchdog.usage.backfill):
+    """A workload whose recommendation histograms got their history from Prometheus
+    (watchdog.findings.recommendations.backfill):
     one row per workload, written in the transaction that stores the merged histograms, so a restart or
     another replica never back-fills it again (the unique key makes a racing second writer fail)."""
 

@@ -2,7 +2,7 @@
 of its formats. Digest messages link here with the exact period (`since` and `until` as times).
 
 Public like `/api/v1/jobs`: it names queues, namespaces and jobs and their hours, nothing of the jobs'
-data. Mounted by `watchdog.api.create_app`.
+data. Mounted by `watchdog.views.api.create_app`.
 """
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""The watchdog's web UI (server-rendered HTML at `/` and `/ui/...`): see `watchdog.ui.pages`."""
+"""The watchdog's web UI (server-rendered HTML at `/` and `/ui/...`): see `watchdog.views.ui.pages`."""
 
 from volcano_monitor.watchdog.views.ui.pages import ui_router
 

@@ -1,5 +1,5 @@
 """HTML building blocks of the watchdog's web UI: the page frame, tables, amounts and the usage chart (the
-recommendation section is watchdog.ui.recommendations). Plain functions returning strings; no template
+recommendation section is watchdog.views.ui.recommendations). Plain functions returning strings; no template
 engine, no JavaScript.
 
 Everything that came from the cluster or the database (job names, labels, summaries, messages) is

@@ -4,7 +4,7 @@ VPA range, which cap applied) and the YAML to merge into the Job's manifest for 
 What people see here they paste, so: the upper bound is only ever shown in the range, never as a limit;
 limits keep the container's own limit/request ratio (none where it set none, `?` where the watchdog has
 not seen its pods); and a container below `recommendations.min_confidence` shows "not enough history
-(N samples over D)" and is left out of the YAML (watchdog.recommend_policy). No YAML at all when no
+(N samples over D)" and is left out of the YAML (watchdog.findings.recommendations.policy). No YAML at all when no
 container has enough history.
 """
 

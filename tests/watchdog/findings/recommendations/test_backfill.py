@@ -1,6 +1,6 @@
-"""Usage back-fill from Prometheus (watchdog.usage.backfill): a real Prometheus holding 8 days of generated
-cAdvisor history (promtool blocks), the real watchdog (worker, leader path, SQLite and PostgreSQL), and
-the same samples fed through the live path (`UsageRecorder.ingest`) for comparison."""
+"""Usage back-fill from Prometheus (watchdog.findings.recommendations.backfill): a real Prometheus holding
+8 days of generated cAdvisor history (promtool blocks), the real watchdog (worker, leader path, SQLite and
+PostgreSQL), and the same samples fed through the live path (`UsageRecorder.ingest`) for comparison."""
 
 from __future__ import annotations
 

@@ -1,5 +1,6 @@
-"""watchdog.recommend_output: the four formats of `volcano-watchdog recommend -o`. The yaml is parsed, its
-patches' shape checked, and one merged into a recorded Volcano Job that must still pass the Job CRD's schema."""
+"""watchdog.findings.recommendations.output: the four formats of `volcano-watchdog recommend -o`. The yaml is
+parsed, its patches' shape checked, and one merged into a recorded Volcano Job that must still pass the Job
+CRD's schema."""
 
 from __future__ import annotations
 

@@ -1,5 +1,5 @@
-"""watchdog.recommend_policy: limits as the VPA sets them, each cap (and that it is named), the confidence
-gate, policy selection, and a stored spec that is garbage. Then the spec as the running watchdog learns it:
+"""watchdog.findings.recommendations.policy: limits as the VPA sets them, each cap (and that it is named), the
+confidence gate, policy selection, and a stored spec that is garbage. Then the spec as the running watchdog learns it:
 a real pod, queue and node through the observer into the book."""
 
 from __future__ import annotations

@@ -14,7 +14,7 @@ def run_migrations(connection: Connection) -> None:
     context.run_migrations()
 
 
-# `migrate` hands over the connection that holds the migration lock (watchdog.db.engine).
+# `migrate` hands over the connection that holds the migration lock (watchdog.state.db.engine).
 given: Connection | None = context.config.attributes.get("connection")
 if given is not None:
     with given.begin():

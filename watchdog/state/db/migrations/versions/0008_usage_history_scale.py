@@ -4,7 +4,7 @@ Revision ID: 0008
 Revises: 0007
 
 - `usage_rollups_hourly`: 5-minute rollups older than `retention.downsample_after_hours` are merged
-  into one row per container and hour (watchdog.retention), with the per-bucket peaks the demand
+  into one row per container and hour (watchdog.runtime.retention), with the per-bucket peaks the demand
   policy needs (`cpu_cores_mean_max`, `gpus_used_max`).
 - `ix_usage_rollups_queue_bucket` (queue, bucket_start): the demand policy reads one queue's window;
   without it every reconcile scanned the whole window of every queue.
