@@ -16,7 +16,8 @@ import yaml
 from aiohttp import web
 
 from volcano_monitor.simulator.releases import release_store
-from volcano_monitor.simulator.server import ApiServer, Faults
+from volcano_monitor.simulator.request import Faults
+from volcano_monitor.simulator.server import ApiServer
 from volcano_monitor.simulator.store import Store
 
 T = TypeVar("T")

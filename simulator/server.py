@@ -8,14 +8,15 @@ routes; watch streams are served by simulator.watch (ApiServer derives from its 
 from __future__ import annotations
 
 import asyncio
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict
 from typing import Any
 
 import orjson
 from aiohttp import web
 
 from volcano_monitor.simulator import discovery
-from volcano_monitor.simulator.resources import ResourceType, find_type
+from volcano_monitor.simulator.request import Faults, Target
+from volcano_monitor.simulator.resources import find_type
 from volcano_monitor.simulator.selectors import Predicate, combine, field_selector, label_selector
 from volcano_monitor.simulator.store import JSON_PATCH, MERGE_PATCH, ApiError, Store
 from volcano_monitor.simulator.tables import table, wants_table
@@ -24,42 +25,12 @@ from volcano_monitor.simulator.watch import WatchStreams
 JSON = "application/json"
 
 
-@dataclass
-class Faults:
-    """Faults injected into API responses; tests set these over HTTP or directly."""
-
-    delay_seconds: float = 0.0  # added before every resource request
-    error_count: int = 0  # the next N resource requests answer `error_code`
-    error_code: int = 500
-    error_resource: str = ""  # plural the errors apply to ("" = any)
-    forbidden: list[str] = field(default_factory=list)  # plurals answering 403
-    malformed_lines: int = 0  # the next N watch events are sent as garbage lines
-    truncate_streams: int = 0  # the next N watch events are cut mid-line, then the stream closes
-    drop_generation: int = 0  # bumping it closes every open watch stream
-    watch_list: bool = True  # the WatchList feature gate (on in Kubernetes 1.32, off by default in 1.33)
-
-    def take_error(self, plural: str) -> int | None:
-        if self.error_count > 0 and self.error_resource in ("", plural):
-            self.error_count -= 1
-            return self.error_code
-        return None
-
-
 def _status_response(error: ApiError) -> web.Response:
     return web.Response(status=error.code, body=orjson.dumps(error.status()), content_type=JSON)
 
 
 def _json(obj: Any, status: int = 200) -> web.Response:
     return web.Response(status=status, body=orjson.dumps(obj), content_type=JSON)
-
-
-@dataclass
-class Target:
-    rtype: ResourceType
-    namespace: str | None  # None: all namespaces (or cluster-scoped)
-    name: str | None
-    subresource: str
-    watch: bool
 
 
 class ApiServer(WatchStreams):

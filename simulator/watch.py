@@ -13,17 +13,15 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import time
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import orjson
 from aiohttp import web
 
+from volcano_monitor.simulator.request import Faults, Target
 from volcano_monitor.simulator.selectors import Predicate
 from volcano_monitor.simulator.store import ApiError, Store, WatchEvent
 from volcano_monitor.simulator.tables import table, wants_table
-
-if TYPE_CHECKING:
-    from volcano_monitor.simulator.server import Faults, Target
 
 DEFAULT_WATCH_TIMEOUT = 1800.0
 

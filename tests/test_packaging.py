@@ -55,9 +55,9 @@ def test_the_wheel_holds_only_volcano_monitor_with_its_data(wheel: Path) -> None
     names = zipfile.ZipFile(wheel).namelist()
     tops = {n.split("/", 1)[0] for n in names if not n.split("/", 1)[0].endswith(".dist-info")}
     assert tops == {"volcano_monitor"}
-    for needed in ("volcano_monitor/watchdog/db/migrations/env.py",
-                   "volcano_monitor/watchdog/db/migrations/script.py.mako",
-                   "volcano_monitor/watchdog/db/migrations/versions/0001_initial.py",
+    for needed in ("volcano_monitor/watchdog/state/db/migrations/env.py",
+                   "volcano_monitor/watchdog/state/db/migrations/script.py.mako",
+                   "volcano_monitor/watchdog/state/db/migrations/versions/0001_initial.py",
                    "volcano_monitor/dashboards/volcano-job.json",
                    "volcano_monitor/core/kube/informer.py",
                    "volcano_monitor/py.typed"):
@@ -87,7 +87,7 @@ def test_the_wheel_installs_next_to_pypis_watchdog_and_both_import(wheel: Path, 
                           env=env)
     observers, ours, dashboards = done.stdout.split()
     assert observers.startswith(site) and "/watchdog/observers/" in observers
-    assert ours.startswith(site) and ours.endswith("volcano_monitor/watchdog/cli.py")
+    assert ours.startswith(site) and ours.endswith("volcano_monitor/watchdog/runtime/cli.py")
     assert int(dashboards) >= 4
     # The console scripts run, and the packaged migrations create a database.
     helped = subprocess.run([str(venv / "bin" / "volcano-exporter"), "--help"], capture_output=True, text=True,
