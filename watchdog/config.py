@@ -29,6 +29,7 @@ from volcano_monitor.watchdog.findings.detectors.settings import Detectors
 from volcano_monitor.watchdog.findings.recommendations.settings import Recommendations
 from volcano_monitor.watchdog.runtime.settings import LeaderElection, Retention
 from volcano_monitor.watchdog.sources.settings import Sources
+from volcano_monitor.watchdog.state.cost_settings import Costs
 from volcano_monitor.watchdog.views.report.settings import Reports
 
 ENV_PREFIX = "VOLCANO_WATCHDOG_"
@@ -71,6 +72,7 @@ class Settings(Section):
     oom_scale_up: OomScaleUpSettings = OomScaleUpSettings()
     reports: Reports = Reports()
     gpu_idle: GpuIdleSettings = GpuIdleSettings()
+    costs: Costs = Costs()
 
     @model_validator(mode="after")
     def _idle_window_holds_rollups(self) -> Settings:

@@ -75,3 +75,46 @@ def test_configuration_doc_is_current() -> None:
         "`.venv/bin/python -m volcano_monitor.watchdog.runtime.configdoc > docs/configuration.md`")
     for key in ("detectors.gang_unschedulable_seconds", "recommendations.oom_bump_ratio", "retention.usage_days"):
         assert f"`{key}`" in DOC.read_text()
+
+
+def test_the_issues_costs_shape_works_as_written(tmp_path: Path) -> None:
+    path = tmp_path / "c.yaml"
+    path.write_text("costs:\n  currency: USD\n  prices:            # per hour: cpu per core, memory per GiB, a GPU\n"
+                    "    cpu: 0.04\n    memory: 0.005\n    nvidia.com/gpu: 2.5\n"
+                    "  gpu_models: {NVIDIA-A100-SXM4-80GB: 4.1}\n"
+                    "  node_pools:\n    - node_selector: {cloud.google.com/gke-spot: 'true'}\n"
+                    "      prices: {cpu: 0.012}\n")
+    costs = load(path, environ={}).costs
+    assert costs.currency == "USD" and costs.prices == {"cpu": 0.04, "memory": 0.005, "nvidia.com/gpu": 2.5}
+    assert costs.gpu_models == {"NVIDIA-A100-SXM4-80GB": 4.1}
+    assert costs.node_pools[0].node_selector == {"cloud.google.com/gke-spot": "true"}
+    assert costs.node_pools[0].prices == {"cpu": 0.012}
+
+
+@pytest.mark.parametrize(("text", "message"), [
+    ("costs: {prices: {cpu: -0.04}}", "costs.prices: the price of cpu must be a finite number >= 0"),
+    ("costs: {prices: {cpu: cheap}}", "costs.prices.cpu: Input should be a valid number"),
+    ("costs: {prices: {cpu: .nan}}", "costs.prices: the price of cpu must be a finite number >= 0"),
+    ("costs: {prices: {cpu: true}}", "costs.prices.cpu: a price must be a number, not true"),
+    ("costs: {prices: {cores: 1}}", "costs.prices: 'cores' is not a priced resource"),
+    ("costs: {prices: [0.04]}", "costs.prices: Input should be a valid dictionary"),
+    ("costs: {price: {cpu: 1}}", "costs.price: Extra inputs are not permitted"),
+    ("costs: {currency: dollars}", "costs.currency: must be a three-letter ISO 4217 code"),
+    ("costs: {gpu_models: {A100: -4}}", "costs.gpu_models: the price of a GPU of model A100 must be a finite number"),
+    ("costs: {node_pools: [{node_selector: {pool: spot}, prices: {memory: -1}}]}",
+     "costs.node_pools.0.prices: the price of memory must be a finite number >= 0"),
+    ("costs: {node_pools: [{node_selector: {}, prices: {cpu: 1}}]}", "costs.node_pools.0.node_selector"),
+    ("costs: {node_pools: [{prices: {cpu: 1}}]}", "costs.node_pools.0.node_selector: Field required"),
+])
+def test_bad_prices_are_one_line_and_exit_2(tmp_path: Path, capsys: pytest.CaptureFixture[str], text: str,
+                                           message: str) -> None:
+    from volcano_monitor.watchdog.runtime.cli import main
+
+    path = tmp_path / "c.yaml"
+    path.write_text(text)
+    with pytest.raises(ConfigError) as error:
+        load(path, environ={})
+    assert message in str(error.value) and "\n" not in str(error.value)
+    assert main(["--config", str(path), "report"]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and message in err
