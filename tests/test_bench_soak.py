@@ -1,4 +1,5 @@
-"""bench/soak.py's growth fit: time's share of RSS growth with the live population held equal."""
+"""bench/soak.py's growth fit (bench/soak_stats.py): time's share of RSS growth with the live population held
+equal."""
 
 from __future__ import annotations
 
@@ -14,7 +15,7 @@ ROOT = Path(__file__).resolve().parents[1]
 
 @pytest.fixture(scope="module")
 def soak() -> ModuleType:
-    spec = importlib.util.spec_from_file_location("bench_soak", ROOT / "bench" / "soak.py")
+    spec = importlib.util.spec_from_file_location("bench_soak_stats", ROOT / "bench" / "soak_stats.py")
     assert spec is not None and spec.loader is not None
     module = importlib.util.module_from_spec(spec)
     sys.modules[spec.name] = module
