@@ -31,11 +31,13 @@ from volcano_monitor.core.kube.resources import (
     JOBS,
     PODGROUPS,
     PODS,
+    PRIORITYCLASSES,
     QUEUES,
     ResourceKind,
 )
 from volcano_monitor.core.model import Job, Pod, PodGroup, Queue, parse_job, parse_pod, parse_podgroup, parse_queue
 from volcano_monitor.core.podview import is_volcano_pod
+from volcano_monitor.core.queueorder import parse_priority_class
 from volcano_monitor.exporter import selfmetrics
 from volcano_monitor.exporter.cardinality import DEFAULTS, Options
 from volcano_monitor.exporter.rows import Deflated, deflate, gzip_stream
@@ -102,6 +104,9 @@ class Exporter:
         # Every shard: its waiting jobs are explained against the queue tree (only shard 0 renders queues).
         add(QUEUES, parse_queue, on_queue, None)
         self.store.waiting.queues_listed = self.informers[-1].synced.is_set
+        # Every shard: the values its waiting jobs are ordered by. Not waited for: without them (RBAC) the
+        # positions follow PodGroup age alone.
+        add(PRIORITYCLASSES, parse_priority_class, self.store.on_priority_class, None, required=False)
         # Kinds only some releases serve: idle (404) where the CRD is missing, never holding back readiness.
         for kind, parse in ((CRONJOBS, parse_cronjob), (JOBFLOWS, parse_jobflow)):
             add(kind, parse, functools.partial(self.store.on_other, kind.plural),

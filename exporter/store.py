@@ -29,6 +29,7 @@ from volcano_monitor.core.kinds import CronJob, HyperNode, JobFlow
 from volcano_monitor.core.kube.informer import DELETED
 from volcano_monitor.core.model import Job, Pod, PodGroup, Queue
 from volcano_monitor.core.podrequests import Resources
+from volcano_monitor.core.queueorder import PriorityClass
 from volcano_monitor.exporter.aggregates import QueueAggregates, QueuePhase
 from volcano_monitor.exporter.cardinality import DEFAULTS, ObjectCaps, Options, with_labels
 from volcano_monitor.exporter.families import compat as compat_families
@@ -241,6 +242,11 @@ class ExporterStore:
                 self._unwait(pod_key, group_key)
                 self._put_pod(pod_key, pod)
 
+    def on_priority_class(self, event_type: str, priority_class: PriorityClass) -> None:
+        """Every shard: the values waiting jobs are ordered by (`volcano_job_queue_position`)."""
+        with self.lock:
+            self.waiting.on_priority_class(priority_class, event_type == DELETED)
+
     def on_queue(self, event_type: str, queue: Queue) -> None:
         """Every shard keeps the queue tree (to explain its waiting jobs); shard 0 renders the rows."""
         with self.lock:
@@ -404,7 +410,8 @@ class ExporterStore:
         return b"".join(gzip_stream(self.gzip_chunks()))
 
     def _all_rows(self) -> tuple[Rows, ...]:
-        return (self.jobs, self.waiting.rows, self.podgroups, self.pods, self.queues, *self.others.values())
+        return (self.jobs, self.waiting.rows, self.waiting.positions, self.podgroups, self.pods, self.queues,
+                *self.others.values())
 
     def _derived(self, parts: list[bytes]) -> None:
         """What is computed at scrape time rather than kept as rows (lock held): PodGroup counts per

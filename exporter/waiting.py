@@ -6,6 +6,14 @@ of other operators. A job's row is redone when the job or its group changes. The
 `Verdict`) is shared by the jobs of one queue and request: after queue changes (root's `allocated` moves
 with every placement) `refresh`, at the next scrape, recomputes each distinct verdict once and redoes only
 the jobs whose verdict's labels changed. Callers hold the store's lock.
+
+It also keeps `volcano_job_queue_position` (the order is `core.queueorder`'s). A waiting job's place
+depends on every waiting PodGroup of its queue, whichever shard owns it, so every shard ranks from the
+waiting PodGroups it already keeps. An event only marks the queues it touches (a group joining,
+leaving or moving, its sort key changing; a job of this shard starting or stopping to wait); `refresh`
+re-ranks just those queues once, however many events came since the last scrape, and rewrites only
+the rows whose position moved. A PodGroup's status churn (conditions rewritten every second) changes
+no sort key and marks nothing.
 """
 
 from __future__ import annotations
@@ -25,6 +33,7 @@ from volcano_monitor.core.pending import (
     verdict,
     verdict_key,
 )
+from volcano_monitor.core.queueorder import Priorities, PriorityClass, SortKey, sort_key
 from volcano_monitor.exporter.cardinality import FamilyFilter
 from volcano_monitor.exporter.families import job as job_families
 from volcano_monitor.exporter.rows import Rows
@@ -41,7 +50,15 @@ def _labels(found: Verdict | None) -> Labels | None:
 class WaitingJobs:
     def __init__(self, served: FamilyFilter | None, groups: Mapping[GroupKey, object]) -> None:
         """`groups`: every PodGroup the shard knows of (the store's owners), waiting or not."""
-        self.rows = Rows(job_families.PENDING, served=served)
+        self.rows = Rows((job_families.PENDING_REASON,), served=served)
+        self.positions = Rows((job_families.QUEUE_POSITION,), served=served)
+        self.priorities = Priorities()
+        self._queue_waiting: dict[str, dict[GroupKey, SortKey]] = {}  # every waiting PodGroup, by queue
+        self._group_queue: dict[GroupKey, str] = {}  # a waiting group -> its queue there
+        self._dirty_queues: set[str] = set()
+        self._placed: dict[str, tuple[str, int]] = {}  # position row key -> (queue, position) shown
+        self._queue_rows: dict[str, set[str]] = {}  # queue -> the position rows shown in it
+        self._own_row_of_group: dict[GroupKey, str] = {}
         self.groups = groups
         self.queues: dict[str, Queue] = {}
         self.waiting_groups: dict[GroupKey, PodGroup] = {}
@@ -65,21 +82,25 @@ class WaitingJobs:
         old = self.jobs.pop(key, None)
         if old is not None:
             group_key = (old.namespace, old.podgroup)
+            self._touch(group_key)
             if self._job_of_group.get(group_key) == key:
                 del self._job_of_group[group_key]
-        if job is None or not job_waiting(job) or not self.rows.any:
+        if job is None or not job_waiting(job) or not (self.rows.any or self.positions.any):
             self._show(key, None)
             return
         self.jobs[key] = job
         self._job_of_group[(job.namespace, job.podgroup)] = key
+        self._touch((job.namespace, job.podgroup))
         self._explain_job(key)
 
     def on_any_group(self, group_key: GroupKey, group: PodGroup | None) -> None:
         """Any PodGroup changed (every shard sees them all); None: deleted. Call after `groups` is updated."""
         if group is not None and group_waiting(group):
             self.waiting_groups[group_key] = group
+            self._enter(group_key, group)
         else:
             self.waiting_groups.pop(group_key, None)
+            self._leave(group_key)
         job_key = self._job_of_group.get(group_key)
         if job_key is not None:
             self._explain_job(job_key)
@@ -87,12 +108,26 @@ class WaitingJobs:
     def on_own_group(self, row_key: str, group_key: GroupKey, group: PodGroup | None) -> None:
         """A PodGroup of this shard changed; explained here unless it is a Volcano Job's (with its Job)."""
         row_key = PODGROUP_PREFIX + row_key
-        if group is None or is_job_group(group) or not group_waiting(group) or not self.rows.any:
+        self._touch(group_key)
+        if group is None or is_job_group(group) or not group_waiting(group) or \
+                not (self.rows.any or self.positions.any):
             self.own_groups.pop(row_key, None)
+            if self._own_row_of_group.get(group_key) == row_key:
+                del self._own_row_of_group[group_key]
             self._show(row_key, None)
         else:
             self.own_groups[row_key] = group_key
+            self._own_row_of_group[group_key] = row_key
             self._explain_group(row_key)
+
+    def on_priority_class(self, priority_class: PriorityClass, deleted: bool) -> None:
+        """A PriorityClass changed: when a value (or the default) did, every waiting group's key again."""
+        if not self.priorities.on_class(priority_class, deleted):
+            return
+        for members in self._queue_waiting.values():
+            for group_key in members:
+                members[group_key] = self._sort_key(self.waiting_groups[group_key])
+        self._dirty_queues.update(self._queue_waiting)
 
     def on_queue(self, queue: Queue, deleted: bool) -> None:
         if deleted:
@@ -106,6 +141,8 @@ class WaitingJobs:
     def refresh(self) -> None:
         """After queue changes: each distinct verdict again, and the jobs of those whose labels changed (the
         message, with live amounts, is the watchdog API's: the rows need not follow every placement)."""
+        if self._dirty_queues:
+            self._rank()
         complete = self._complete()
         if not self._changed and complete:
             return
@@ -122,6 +159,83 @@ class WaitingJobs:
                     self._explain_group(key)
                 else:
                     self._explain_job(key)
+
+    # ---- positions ---------------------------------------------------------------------------------------
+
+    def _sort_key(self, group: PodGroup) -> SortKey:
+        return sort_key(group, self.priorities.value(group.priority_class))
+
+    def _enter(self, group_key: GroupKey, group: PodGroup) -> None:
+        """A group waits (new, or changed): re-rank its queue only when its place may have moved."""
+        key = self._sort_key(group)
+        queue = self._group_queue.get(group_key)
+        if queue is not None and queue != group.queue:
+            self._leave(group_key)
+            queue = None
+        members = self._queue_waiting.setdefault(group.queue, {})
+        if queue is None or members.get(group_key) != key:
+            members[group_key] = key
+            self._group_queue[group_key] = group.queue
+            self._dirty_queues.add(group.queue)
+
+    def _leave(self, group_key: GroupKey) -> None:
+        queue = self._group_queue.pop(group_key, None)
+        if queue is None:
+            return
+        members = self._queue_waiting[queue]
+        del members[group_key]
+        if not members:
+            del self._queue_waiting[queue]
+        self._dirty_queues.add(queue)
+
+    def _touch(self, group_key: GroupKey) -> None:
+        """Whether this shard shows the group's row may have changed: its queue is ranked again."""
+        queue = self._group_queue.get(group_key)
+        if queue is not None:
+            self._dirty_queues.add(queue)
+
+    def _row_of(self, group_key: GroupKey) -> tuple[str, str, str] | None:
+        """This shard's row for a waiting group: (row key, namespace, job name), or None (another shard's,
+        or a Volcano Job's group whose Job does not wait)."""
+        job_key = self._job_of_group.get(group_key)
+        if job_key is not None:
+            job = self.jobs[job_key]
+            return job_key, job.namespace, job.name
+        row_key = self._own_row_of_group.get(group_key)
+        if row_key is not None:
+            group = self.waiting_groups[group_key]
+            return row_key, group.namespace, group.owner_name or group.name
+        return None
+
+    def _rank(self) -> None:
+        """Each marked queue in the scheduler's order; rows rewritten only where the position moved."""
+        dirty, self._dirty_queues = self._dirty_queues, set()
+        if not self.positions.any:
+            return
+        for queue in dirty:
+            members = self._queue_waiting.get(queue, {})
+            shown: set[str] = set()
+            for position, group_key in enumerate(sorted(members, key=members.__getitem__), 1):
+                row = self._row_of(group_key)
+                if row is None:
+                    continue
+                row_key, namespace, job_name = row
+                shown.add(row_key)
+                before = self._placed.get(row_key)
+                if before == (queue, position):
+                    continue
+                if before is not None and before[0] != queue:
+                    self._queue_rows.get(before[0], set()).discard(row_key)
+                self._placed[row_key] = (queue, position)
+                self.positions.put(row_key, (job_families.render_position(namespace, job_name, queue, position),))
+            for row_key in self._queue_rows.get(queue, set()) - shown:
+                if self._placed.get(row_key, ("", 0))[0] == queue:
+                    del self._placed[row_key]
+                    self.positions.delete(row_key)
+            if shown:
+                self._queue_rows[queue] = shown
+            else:
+                self._queue_rows.pop(queue, None)
 
     # ---- internals ---------------------------------------------------------------------------------------
 

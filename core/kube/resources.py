@@ -37,6 +37,10 @@ PODGROUPS = ResourceKind("scheduling.volcano.sh", "v1beta1", "podgroups", "PodGr
 QUEUES = ResourceKind("scheduling.volcano.sh", "v1beta1", "queues", "Queue", False)
 POD_METRICS = ResourceKind("metrics.k8s.io", "v1beta1", "pods", "PodMetrics", True)
 LEASES = ResourceKind("coordination.k8s.io", "v1", "leases", "Lease", True)
+# The values behind `priorityClassName`, by which Volcano orders a queue's jobs (core/queueorder.py).
+# Optional: without them (not granted, or an API server that lacks them) every job ranks as priority 0.
+PRIORITYCLASSES = ResourceKind("scheduling.k8s.io", "v1", "priorityclasses", "PriorityClass", False,
+                               optional=True)
 # Kinds later Volcano releases added (../shared/volcano/crds-by-release): JobFlow in every release from
 # v1.9 (installed with the optional jobflow chart), HyperNode from v1.12, CronJob from v1.13.
 JOBFLOWS = ResourceKind("flow.volcano.sh", "v1alpha1", "jobflows", "JobFlow", True, optional=True)

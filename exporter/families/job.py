@@ -45,12 +45,24 @@ PENDING_REASON = Family(
     "`resource` the resource short of room or empty. Reasons, the first that holds: "
     + "; ".join(f"{reason}: {meaning}" for reason, meaning in REASONS.items()) + ".",
     (*JOB, "queue", "reason", "resource"))
-PENDING = (PENDING_REASON,)
+QUEUE_POSITION = Family(
+    "volcano_job_queue_position",
+    "A waiting Job's (or another operator's PodGroup's) place in its queue, 1 = the scheduler takes it next; "
+    "gone once it runs or is deleted. The order is Volcano v1.12's within one queue: the higher value of the "
+    "PodGroup's PriorityClass first (no class, or an unknown one: the globalDefault class's value, else 0), then "
+    "the older PodGroup, then namespace/podgroup name. A place, not a start order: a job that fits is admitted "
+    "past an earlier one that does not. Jobs without a PodGroup yet have none.",
+    (*JOB, "queue"))
+PENDING = (PENDING_REASON, QUEUE_POSITION)
 
 
 def render_pending(namespace: str, job_name: str, why: Explanation) -> str:
     resource = resource_label_and_unit(why.resource)[0] if why.resource else ""
     return PENDING_REASON.line((namespace, job_name, why.queue, why.reason, resource), 1)
+
+
+def render_position(namespace: str, job_name: str, queue: str, position: int) -> str:
+    return QUEUE_POSITION.line((namespace, job_name, queue), position)
 
 
 def render(job: Job) -> tuple[str, ...]:

@@ -80,11 +80,13 @@ EXPORTER_RULES = (  # events: evictions and preemptions; the newer kinds where a
     {("", r, v) for r in ("pods", "events") for v in READ} | {("batch.volcano.sh", "jobs", v) for v in READ}
     | {("scheduling.volcano.sh", r, v) for r in ("podgroups", "queues") for v in READ}
     | {(g, r, v) for g, r in (("batch.volcano.sh", "cronjobs"), ("topology.volcano.sh", "hypernodes"),
-                              ("flow.volcano.sh", "jobflows")) for v in READ})
+                              ("flow.volcano.sh", "jobflows"), ("scheduling.k8s.io", "priorityclasses"))
+       for v in READ})
 WATCHDOG_RULES = (
     {("", r, v) for r in ("pods", "nodes") for v in READ}
     | {("batch.volcano.sh", "jobs", v) for v in READ}
     | {("scheduling.volcano.sh", r, v) for r in ("podgroups", "queues") for v in READ}
+    | {("scheduling.k8s.io", "priorityclasses", v) for v in READ}
     | {("metrics.k8s.io", r, v) for r in ("pods", "nodes") for v in ("get", "list")}
     | {("", "events", v) for v in (*READ, "create", "patch")}
 )

@@ -243,7 +243,8 @@ def test_a_queue_not_listed_yet_is_not_called_missing() -> None:
 
 
 def test_a_denied_family_tracks_nothing() -> None:
-    store = ExporterStore(options=Options(families=family_filter("", "volcano_job_pending_reason")))
+    denied = "volcano_job_pending_reason,volcano_job_queue_position"  # both need the waiting jobs
+    store = ExporterStore(options=Options(families=family_filter("", denied)))
     job, group = gpu_job("train", "research-dev", 4)
     feed(store, queues=research_queues("4"), jobs=[job], groups=[group, objects.kubeflow_podgroup()])
     assert reasons(store) == {} and not store.waiting.jobs and not store.waiting.own_groups
