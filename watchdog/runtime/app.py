@@ -54,6 +54,7 @@ from volcano_monitor.watchdog.state.events import SchedulerNotes
 from volcano_monitor.watchdog.state.gpu_idle import GpuIdleTracker
 from volcano_monitor.watchdog.state.ledger import Ledger
 from volcano_monitor.watchdog.state.nodes import NodeTable
+from volcano_monitor.watchdog.state.prices import PriceBook
 from volcano_monitor.watchdog.state.rollups import UsageRecorder
 
 __all__ = ["Intervals", "Watchdog"]
@@ -84,6 +85,8 @@ class Watchdog:
         self.gpu_idle = GpuIdleTracker(settings.gpu_idle, 3 * settings.sources.prometheus.interval_seconds)
         # Node detectors: Node objects and node usage go straight into a locked table (watchdog.state.nodes).
         self.nodes = NodeTable()
+        # Cost: each pod priced by its node's labels (node pools, GPU models), applied as usage is integrated.
+        self.recorder.prices = PriceBook(settings.costs, self.nodes.labels)
         self.stranded = GpuStrandedDetector(found.gpu_stranded, self.nodes, self.index) \
             if found.gpu_stranded.enabled else None
         self.hot = NodeHotDetector(found.node_hot, self.nodes, self.index) if found.node_hot.enabled else None
@@ -126,7 +129,8 @@ class Watchdog:
         self.informers: list[Informer[Any]] = []
         if api is not None:
             self.informers = feeds.informers(api, settings, self.notes, self.writer.enqueue, informer_backoff)
-            if self.stranded is not None or self.hot is not None:
+            priced_by_node = bool(settings.costs.node_pools or settings.costs.gpu_models)
+            if self.stranded is not None or self.hot is not None or priced_by_node:
                 self._node_informer = feeds.node_informer(api, self.nodes.on_node, informer_backoff)
                 self.informers.append(self._node_informer)
         self.collectors, self._sources = feeds.usage_sources(settings, api)

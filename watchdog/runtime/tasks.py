@@ -92,9 +92,10 @@ class Tasks:
 
     def store(self, write: Write, session: Session, now: datetime) -> None:
         if write.kind == LEDGER_JOB:
-            self.ledger.on_job(write.event_type, write.obj, session, now)
+            self.ledger.on_job(write.event_type, write.obj, session, now, self.index.queue_path(write.obj.queue))
         elif write.kind == LEDGER_PODGROUP:
-            self.ledger.on_podgroup(write.event_type, write.obj, session, now)
+            self.ledger.on_podgroup(write.event_type, write.obj, session, now,
+                                    self.index.queue_path(write.obj.queue))
         elif write.kind == SIGNALS:
             self.record(self.alerts.apply(write.obj, session, now), session, now)
         elif write.kind == BACKFILL and self.backfiller is not None and isinstance(write.obj, BackfillBatch):

@@ -1,8 +1,8 @@
 """What the watchdog knows of the cluster right now, built from informer events: which job, task,
 queue and workload each pod belongs to (so a usage sample can be attributed), each queue's
 capability and allocation (for the API), and the live Jobs and PodGroups by UID (why one is pending,
-`core.pending`, for the API). Mutated only by the watchdog's worker thread; readers from other
-threads take the lock."""
+`core.pending`, for the API) and its place in its queue (`core.queueorder`, with the PriorityClasses).
+Mutated only by the watchdog's worker thread; readers from other threads take the lock."""
 
 from __future__ import annotations
 
@@ -13,6 +13,7 @@ from volcano_monitor.core.kube.informer import DELETED
 from volcano_monitor.core.model import Job, Pod, PodGroup, Queue, res_dict, res_get
 from volcano_monitor.core.pending import Explanation, explain, group_waiting, is_job_group, job_waiting
 from volcano_monitor.core.podrequests import Resources
+from volcano_monitor.core.queueorder import Priorities, PriorityClass, rank
 from volcano_monitor.watchdog.state.samples import PodInfo
 from volcano_monitor.watchdog.state.workload import CRON_OWNER_KIND, workload_name
 
@@ -40,6 +41,31 @@ class WhyPending:
     job_name: str
     phase: str
     explanation: Explanation | None
+    place: QueuePlace | None = None  # while it waits and has a PodGroup (the scheduler knows no job without)
+
+
+AHEAD_LIMIT = 100  # jobs listed ahead of one, nearest the head of the queue first
+
+
+@dataclass(frozen=True, slots=True)
+class Ahead:
+    """A job the scheduler takes before this one: its PodGroup's priority and gang request."""
+
+    namespace: str
+    job_name: str  # the owner's name (a Volcano Job's, a PyTorchJob's, ...), else the PodGroup's
+    podgroup: str
+    priority_class: str
+    priority: int
+    min_resources: Resources  # the PodGroup's spec.minResources: what admitting it takes from the queue
+
+
+@dataclass(frozen=True, slots=True)
+class QueuePlace:
+    queue: str
+    position: int  # 1 = taken next
+    waiting: int  # waiting PodGroups in the queue, this one included
+    priority: int
+    ahead: tuple[Ahead, ...]  # the first AHEAD_LIMIT of the position - 1 ahead, in order
 
 
 class ClusterIndex:
@@ -55,6 +81,7 @@ class ClusterIndex:
         self.jobs: dict[str, Job] = {}  # by uid
         self.group_views: dict[tuple[str, str], PodGroup] = {}
         self.group_keys: dict[str, tuple[str, str]] = {}  # PodGroup uid -> (namespace, name)
+        self.priorities = Priorities()  # the cluster's PriorityClasses: the first key of the queue order
 
     def on_job(self, event_type: str, job: Job) -> None:
         with self.lock:
@@ -97,6 +124,10 @@ class ClusterIndex:
             else:
                 self.pod_workloads.pop(key, None)
 
+    def on_priority_class(self, event_type: str, priority_class: PriorityClass) -> None:
+        with self.lock:
+            self.priorities.on_class(priority_class, event_type == DELETED)
+
     def on_queue(self, event_type: str, queue: Queue) -> None:
         with self.lock:
             if event_type == DELETED:
@@ -133,7 +164,21 @@ class ClusterIndex:
             cpu_request_cores=res_get(view.requests, "cpu"),
             memory_request_bytes=res_get(view.requests, "memory"),
             gpus=gpu_count(view.requests),
+            node=view.node_name,
+            gpu_resource=next((name for name, amount in view.requests if name.endswith("/gpu") and amount > 0), ""),
         )
+
+    def queue_path(self, name: str) -> str:
+        """The queue and its ancestors, root first ("root/eng/team-a"), as far as the Queue objects say
+        (a queue not known yet: its name alone). Stored with each ledger row, so a report rolls a parent's
+        children into it from the database alone, after the queues are gone too."""
+        with self.lock:
+            path = [name]
+            queue = self.queues.get(name)
+            while queue is not None and queue.parent and queue.parent not in path:
+                path.append(queue.parent)
+                queue = self.queues.get(queue.parent)
+        return "/".join(reversed(path)) if name else ""
 
     def live_run_uids(self) -> set[str]:
         """UIDs of the runs that exist now: Volcano Jobs, and PodGroups (Kubeflow and other owners)."""
@@ -161,8 +206,24 @@ class ClusterIndex:
                 waiting = job_waiting(job) and (group is None or group_waiting(group))
                 queue = group.queue if group is not None else job.queue
                 return WhyPending(job.uid, "Job", job.namespace, job.name, job.phase,
-                                  explain(queue, self.queues, group, job) if waiting else None)
+                                  explain(queue, self.queues, group, job) if waiting else None,
+                                  self._place(group) if waiting and group is not None else None)
             if group is None:
                 return None
+            waiting = group_waiting(group)
             return WhyPending(uid, group.owner_kind or "PodGroup", group.namespace, group.owner_name or group.name,
-                              group.phase, explain(group.queue, self.queues, group) if group_waiting(group) else None)
+                              group.phase, explain(group.queue, self.queues, group) if waiting else None,
+                              self._place(group) if waiting else None)
+
+    def _place(self, group: PodGroup) -> QueuePlace | None:
+        """Where the scheduler takes `group` among its queue's waiting PodGroups (lock held). One pass over
+        the PodGroups and a sort of one queue's waiting ones: a request's cost, nothing kept."""
+        places = rank([g for g in self.group_views.values() if g.queue == group.queue and group_waiting(g)],
+                      self.priorities)
+        mine = next((p for p in places if p.group.uid == group.uid), None)
+        if mine is None:
+            return None
+        ahead = tuple(Ahead(p.group.namespace, p.group.owner_name or p.group.name, p.group.name,
+                            p.group.priority_class, p.priority, p.group.min_resources)
+                      for p in places[:min(mine.position - 1, AHEAD_LIMIT)])
+        return QueuePlace(group.queue, mine.position, mine.size, mine.priority, ahead)

@@ -54,7 +54,7 @@ VOLCANO_JOB_KIND = "Job"
 # Columns the ledger owns; the *_seconds_* integrals belong to the usage recorder.
 _METADATA = ("kind", "namespace", "name", "workload", "queue", "created_at", "phase", "reason", "message",
              "retry_count", "requested_cpu_cores", "requested_memory_bytes", "requested_gpus", "pods_pending",
-             "pods_running", "updated_at")
+             "pods_running", "updated_at", "queue_path")
 _FINISHED_PODS = ("pods_succeeded", "pods_failed")
 
 
@@ -122,8 +122,9 @@ class Ledger:
         self.skipped = 0  # events of objects without a UID (malformed)
         self.upserts = 0
 
-    def on_job(self, event_type: str, job: Job, session: Session, now: datetime) -> None:
-        """Record a Volcano Job's state; on DELETED the row stays, marked object_deleted."""
+    def on_job(self, event_type: str, job: Job, session: Session, now: datetime, queue_path: str = "") -> None:
+        """Record a Volcano Job's state; on DELETED the row stays, marked object_deleted. `queue_path`: the
+        queue and its ancestors as the cluster index knows them (`ClusterIndex.queue_path`)."""
         if not job.uid:
             self.skipped += 1
             log.warning("job %s/%s without a uid: not recorded in the ledger", job.namespace, job.name)
@@ -131,7 +132,7 @@ class Ledger:
         self._upsert(session, {
             "uid": job.uid, "kind": VOLCANO_JOB_KIND, "namespace": job.namespace, "name": job.name,
             "workload": workload_name(job.name, owner_kind=job.owner_kind, owner_name=job.owner_name),
-            "queue": job.queue,
+            "queue": job.queue, "queue_path": queue_path or job.queue,
             "created_at": _time(job.creation_timestamp), "started_at": _time(job.start_time),
             "finished_at": _time(job.finish_time), "phase": job.phase, "reason": job.reason,
             "message": job.message, "retry_count": job.retry_count,
@@ -142,7 +143,8 @@ class Ledger:
             "pods_failed": job.failed,
         }, now, deleted=event_type == DELETED, keep_times=False)
 
-    def on_podgroup(self, event_type: str, group: PodGroup, session: Session, now: datetime) -> None:
+    def on_podgroup(self, event_type: str, group: PodGroup, session: Session, now: datetime,
+                    queue_path: str = "") -> None:
         """Record a run of a non-Volcano job (Kubeflow, Spark, ...) from the PodGroup it created."""
         if group.owner_kind == VOLCANO_JOB_KIND:
             return  # a Volcano Job's group: on_job records that run
@@ -158,7 +160,7 @@ class Ledger:
         name = group.owner_name or group.name
         self._upsert(session, {
             "uid": group.uid, "kind": group.owner_kind or "PodGroup", "namespace": group.namespace, "name": name,
-            "workload": workload_name(name), "queue": group.queue,
+            "workload": workload_name(name), "queue": group.queue, "queue_path": queue_path or group.queue,
             "created_at": _time(group.creation_timestamp), "started_at": started,
             "finished_at": now if group.phase == "Completed" else None, "phase": group.phase,
             "reason": "", "message": "", "retry_count": 0,
@@ -175,7 +177,8 @@ class Ledger:
         says only "running now", not since when); else the object's own times are mirrored.
         Deleted: marked deleted at `now` (the first time only); the finish stays what the object says."""
         for key, limit in (("uid", 64), ("kind", 64), ("namespace", 253), ("name", 253), ("workload", 253),
-                           ("queue", 253), ("phase", 32), ("reason", 256), ("message", 100_000)):
+                           ("queue", 253), ("phase", 32), ("reason", 256), ("message", 100_000),
+                           ("queue_path", 100_000)):
             values[key] = values[key].replace("\x00", "")[:limit]  # PostgreSQL refuses NUL in text
         values.update(updated_at=now, object_deleted=deleted, deleted_at=now if deleted else None,
                       p_started=values["started_at"], p_finished=values["finished_at"], p_now=now)

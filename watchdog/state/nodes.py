@@ -12,7 +12,7 @@ already holds every Volcano pod with its node and requests.
 from __future__ import annotations
 
 import threading
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 
 from volcano_monitor.core.kube.informer import DELETED
@@ -60,6 +60,12 @@ class NodeTable:
                 self._usage.pop(node.name, None)
             else:
                 self._nodes[node.name] = node
+
+    def labels(self, name: str) -> Mapping[str, str] | None:
+        """The node's labels (its price, watchdog.state.prices); None while the node is unknown."""
+        with self.lock:
+            node = self._nodes.get(name)
+        return None if node is None else node.labels
 
     def largest_allocatable(self) -> dict[str, float]:
         """Per resource (cpu, memory), the most one node can give: a recommendation above it could never

@@ -27,9 +27,12 @@ _CHUNK = 500
 # Rollup delta: [samples, cpu_sum, cpu_max, mem_sum, mem_max, gpu_samples, gpu_sum, gpu_max, PodInfo]
 Rollup = list[Any]
 RollupKey = tuple[int, str, str, str]  # bucket start (epoch s), namespace, pod, container
-# Job delta: [cpu used, cpu requested, memory used, memory requested, gpu used, gpu requested, first seen]
+# Job delta: [cpu used, cpu requested, memory used, memory requested, gpu used, gpu requested, the same six
+# priced (watchdog.state.prices), first seen]
 JOB_COLUMNS = ("cpu_core_seconds_used", "cpu_core_seconds_requested", "memory_byte_seconds_used",
-               "memory_byte_seconds_requested", "gpu_seconds_used", "gpu_seconds_requested")
+               "memory_byte_seconds_requested", "gpu_seconds_used", "gpu_seconds_requested",
+               "cost_cpu_used", "cost_cpu_requested", "cost_memory_used", "cost_memory_requested",
+               "cost_gpu_used", "cost_gpu_requested")
 
 
 def as_array(column: Iterable[Any]) -> list[Any]:
@@ -139,10 +142,10 @@ def add_to_job_runs(session: Session, jobs: dict[str, list[float]], now: datetim
     existing: set[str] = set()
     if sql.columnar:
         deltas = list(jobs.values())
-        columns = (as_array([d[i] for d in deltas]) for i in range(6))
+        columns = (as_array([d[i] for d in deltas]) for i in range(len(JOB_COLUMNS)))
         existing.update(connection.exec_driver_sql(sql.update_jobs, (when, uids, *columns)).scalars())
     else:
-        rows = [(*d[:6], when, uid) for uid, d in jobs.items()]
+        rows = [(*d[:len(JOB_COLUMNS)], when, uid) for uid, d in jobs.items()]
         updated = connection.exec_driver_sql(sql.update_jobs, rows).rowcount  # summed over the rows
         if updated == len(uids):
             existing.update(uids)  # the usual case: every run has its row

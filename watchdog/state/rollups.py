@@ -17,6 +17,9 @@ report covers the whole span since the previous one). Capping at twice the poll 
 undercounted such a source three times over, and lost a whole report's worth whenever one poll was a
 little late and a report went by unseen; the newest rate stands for one missed report, as it does
 for one missed poll.
+Cost: each interval's resource-seconds are also multiplied by the price of the pod's node (`prices`, a
+`watchdog.state.prices.PriceBook`, asked once per pod per `ingest` call) and added to the run's cost
+columns with the seconds, in the same statement: see watchdog.state.prices for why there.
 Requested resource-seconds use the same intervals (per pod, not per container), so used/requested
 ratios compare like with like. A pod's first sample stands for its source's averaging `window` before
 it (capped; 0 if unknown). A sample at or before the last one already seen for its container
@@ -29,13 +32,16 @@ next flush writes them, so the ledger does not silently lose usage.
 
 Thread-safety: `ingest` and `flush` may run on different threads; a lock guards the in-memory state.
 The SQL a flush runs (one statement per table and batch, per dialect) is watchdog.state.rollup_sql.
+
+One piece: `ingest`, `flush` and `_restore` share one layout of positional delta lists (the hot loop's
+state, mutated in place for speed); split across modules, that layout's invariants would be too.
 """
 
 from __future__ import annotations
 
 import logging
 import threading
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any, Protocol
@@ -43,13 +49,14 @@ from typing import Any, Protocol
 from sqlalchemy import event
 from sqlalchemy.orm import Session, SessionTransaction
 
+from volcano_monitor.watchdog.state.prices import FREE, Price
 from volcano_monitor.watchdog.state.rollup_sql import (
     Rollup,
     RollupKey,
     add_to_job_runs,
     write_rollups,
 )
-from volcano_monitor.watchdog.state.samples import PodLookup, UsageSample
+from volcano_monitor.watchdog.state.samples import PodInfo, PodLookup, UsageSample
 
 log = logging.getLogger(__name__)
 
@@ -58,6 +65,7 @@ MAX_CPU_CORES = 1e5
 MAX_MEMORY_BYTES = float(2**60)
 MAX_TIMESTAMP = 253402214400.0  # 9999-12-31
 MAX_PENDING_ROLLUPS = 1_000_000  # a batch failing to flush is dropped beyond this (counted)
+JOB_VALUES = 12  # a job delta: the 12 columns of rollup_sql.JOB_COLUMNS, then when it was first seen
 
 
 
@@ -96,19 +104,21 @@ def _merge_job(into: dict[str, list[float]], uid: str, delta: list[float]) -> No
     if have is None:
         into[uid] = delta
         return
-    for i in range(6):
+    for i in range(JOB_VALUES):
         have[i] += delta[i]
-    have[6] = min(have[6], delta[6])
+    have[JOB_VALUES] = min(have[JOB_VALUES], delta[JOB_VALUES])
 
 
 class UsageRecorder:
     def __init__(self, histograms: HistogramSink, bucket_seconds: int = 300, *,
                  expected_interval_seconds: float = 30.0, pending_job_seconds: float = 3600.0,
                  max_rollups_per_flush: int = 5000,
-                 current_bucket_write_seconds: float | None = None) -> None:
+                 current_bucket_write_seconds: float | None = None,
+                 prices: Callable[[PodInfo], Price] | None = None) -> None:
         if bucket_seconds <= 0:
             raise ValueError("bucket_seconds must be positive")
         self.histograms = histograms
+        self.prices: Callable[[PodInfo], Price] = prices or (lambda _: FREE)
         self.bucket_seconds = int(bucket_seconds)
         # How often the open bucket's rollups are written (default: once per bucket length). Each
         # write of a row PostgreSQL already has costs a new row version in five indexes: writing
@@ -127,7 +137,7 @@ class UsageRecorder:
         self._jobs: dict[str, list[float]] = {}
         # Per container: [last ts, last cpu ts, last memory ts, last gpu ts, bucket, its rollup delta,
         # rollup generation, pod state]. Per pod: [last ts, PodInfo, ingest serial of the PodInfo,
-        # job delta, job generation, job uid]. The cached references are valid while the generation
+        # job delta, job generation, job uid, Price of its node]. The cached references are valid while the generation
         # matches: flush() and restore replace or remove deltas, and bump it.
         self._containers: dict[tuple[str, str, str], list[Any]] = {}
         self._pods: dict[tuple[str, str], list[Any]] = {}
@@ -155,6 +165,7 @@ class UsageRecorder:
         bucket_seconds = self.bucket_seconds
         cap = self.max_interval
         add_usage = self.histograms.add_usage
+        price_of = self.prices
         with self._lock:
             self._serial += 1
             serial, rollup_gen, job_gen = self._serial, self._rollup_gen, self._job_gen
@@ -168,6 +179,8 @@ class UsageRecorder:
                 elif pstate[2] != serial:
                     info = pstate[1] = pods(s.namespace, s.pod)
                     pstate[2] = serial
+                    if info is not None:
+                        pstate[6] = price_of(info)
                 else:
                     info = pstate[1]
                 if info is None:
@@ -192,7 +205,7 @@ class UsageRecorder:
                         self.invalid += 1  # would not fit the columns (or collide once cut to fit)
                         continue
                     if pstate is None:
-                        pstate = pod_states[ckey[:2]] = [0.0, info, serial, None, -1, ""]
+                        pstate = pod_states[ckey[:2]] = [0.0, info, serial, None, -1, "", price_of(info)]
                     state = containers[ckey] = [0.0, 0.0, 0.0, 0.0, -1, None, -1, pstate]
                     self._pod_containers.setdefault(ckey[:2], []).append(ckey[2])
                 elif ts <= state[0]:
@@ -200,6 +213,7 @@ class UsageRecorder:
                     continue
                 state[0] = ts
                 uid = info.job_uid
+                price = pstate[6]
                 acc: Any = None  # the job's delta list (typed loosely: this loop is the hot path)
                 window = s.window  # what the sample averages (NaN or negative: unknown)
                 span = 2.0 * window if window + window > cap else cap  # longest interval it can stand for
@@ -210,7 +224,7 @@ class UsageRecorder:
                     else:
                         acc = jobs.get(uid)
                         if acc is None:
-                            acc = jobs[uid] = [0.0, 0.0, 0.0, 0.0, 0.0, 0.0, ts]
+                            acc = jobs[uid] = [0.0] * JOB_VALUES + [ts]
                         pstate[3], pstate[4], pstate[5] = acc, job_gen, uid
                     last = pstate[0]
                     if ts > last:
@@ -219,6 +233,9 @@ class UsageRecorder:
                         acc[1] += info.cpu_request_cores * dt
                         acc[3] += info.memory_request_bytes * dt
                         acc[5] += info.gpus * dt
+                        acc[7] += info.cpu_request_cores * dt * price.cpu
+                        acc[9] += info.memory_request_bytes * dt * price.memory
+                        acc[11] += info.gpus * dt * price.gpu
                 elif ts > pstate[0]:
                     pstate[0] = ts
                 bucket = int(ts // bucket_seconds) * bucket_seconds
@@ -240,14 +257,18 @@ class UsageRecorder:
                     if cpu > r[2]:
                         r[2] = cpu
                     if acc is not None:
-                        acc[0] += cpu * (min(ts - state[1], span) if state[1] > 0 else first)
+                        used = cpu * (min(ts - state[1], span) if state[1] > 0 else first)
+                        acc[0] += used
+                        acc[6] += used * price.cpu
                     state[1] = ts
                 if memory is not None:
                     r[3] += memory
                     if memory > r[4]:
                         r[4] = memory
                     if acc is not None:
-                        acc[2] += memory * (min(ts - state[2], span) if state[2] > 0 else first)
+                        used = memory * (min(ts - state[2], span) if state[2] > 0 else first)
+                        acc[2] += used
+                        acc[8] += used * price.memory
                     state[2] = ts
                 if gpu is not None:
                     r[5] += 1
@@ -256,7 +277,9 @@ class UsageRecorder:
                         r[7] = gpu
                     if acc is not None:
                         dt = min(ts - state[3], span) if state[3] > 0 else first
-                        acc[4] += gpu / 100.0 * (s.gpus or info.gpus) * dt
+                        used = gpu / 100.0 * (s.gpus or info.gpus) * dt
+                        acc[4] += used
+                        acc[10] += used * price.gpu
                     state[3] = ts
                 if cpu is not None and memory is not None and info.workload:
                     add_usage(s.namespace, info.workload, info.task, s.container, ts, cpu, memory)
@@ -316,7 +339,7 @@ class UsageRecorder:
             if uid in existing:
                 continue
             delta = batch.jobs.pop(uid)  # not written: what stays in the batch is what a rollback restores
-            if now_ts - delta[6] > self.pending_job_seconds:
+            if now_ts - delta[JOB_VALUES] > self.pending_job_seconds:
                 self.dropped_job_deltas += 1
                 log.info("usage of job run %s dropped: no ledger row appeared within %gs", uid,
                          self.pending_job_seconds)

@@ -39,6 +39,8 @@ class PodInfo:
     cpu_request_cores: float  # the pod's effective request (all containers)
     memory_request_bytes: float
     gpus: float
+    node: str = ""  # the node the pod runs on ("" while unscheduled): its price (watchdog.state.prices)
+    gpu_resource: str = ""  # the GPU resource it requests (nvidia.com/gpu, amd.com/gpu; "" for none)
 
 
 class PodLookup(Protocol):

@@ -257,9 +257,52 @@ def test_migration_0005_moves_deletion_times_out_of_finished_at(database_url: st
                     memory_byte_seconds_used=0, gpu_seconds_requested=0, gpu_seconds_used=0,
                     object_deleted=uid != "live", updated_at=NOW, finished_at=finished))
         migrate(engine, "0005")
-        found = {r.uid: r for r in rows(engine)}
+        with Session(engine) as session:  # the columns of 0005 (later revisions add more)
+            found = {r.uid: r for r in session.execute(select(
+                JobRun.uid, JobRun.finished_at, JobRun.deleted_at, JobRun.pods_failed))}
         assert (found["done"].finished_at, found["done"].deleted_at) == (old, NOW)
         assert (found["killed"].finished_at, found["killed"].deleted_at) == (None, killed)
         assert (found["live"].finished_at, found["live"].deleted_at, found["live"].pods_failed) == (None, None, 0)
+    finally:
+        engine.dispose()
+
+
+def test_migration_0014_keeps_every_run_and_prices_them_from_zero(database_url: str) -> None:
+    """Existing runs keep every column through 0014; their cost starts at 0 and their queue path empty, and
+    the recorder's next flush adds to both seconds and cost."""
+    from volcano_monitor.watchdog.state.db.engine import make_engine, migrate
+    from volcano_monitor.watchdog.state.rollup_sql import add_to_job_runs
+
+    old_names = ("uid", "kind", "namespace", "name", "workload", "queue", "phase", "reason", "message",
+                 "retry_count", "requested_cpu_cores", "requested_memory_bytes", "requested_gpus",
+                 "cpu_core_seconds_requested", "cpu_core_seconds_used", "memory_byte_seconds_requested",
+                 "memory_byte_seconds_used", "gpu_seconds_requested", "gpu_seconds_used", "object_deleted",
+                 "updated_at", "started_at", "finished_at", "pods_succeeded")
+    columns = JobRun.__table__.c  # type: ignore[attr-defined]
+    old_job_runs = table("job_runs", *(column(name, columns[name].type) for name in old_names))  # as of 0013
+    engine = make_engine(database_url)
+    try:
+        migrate(engine, "0013")
+        with engine.begin() as connection:
+            for i in range(3):
+                connection.execute(old_job_runs.insert().values(
+                    uid=f"u{i}", kind="Job", namespace="a", name=f"j{i}", workload="j", queue="q", phase="Completed",
+                    reason="", message="m", retry_count=i, requested_cpu_cores=2, requested_memory_bytes=2**30,
+                    requested_gpus=1, cpu_core_seconds_requested=100.0 + i, cpu_core_seconds_used=50,
+                    memory_byte_seconds_requested=7, memory_byte_seconds_used=6, gpu_seconds_requested=9,
+                    gpu_seconds_used=3, object_deleted=False, updated_at=NOW, started_at=NOW - timedelta(hours=1),
+                    finished_at=NOW, pods_succeeded=4))
+        migrate(engine)
+        found = {r.uid: r for r in rows(engine)}
+        assert sorted(found) == ["u0", "u1", "u2"]
+        for i in range(3):
+            run = found[f"u{i}"]
+            assert (run.cpu_core_seconds_requested, run.gpu_seconds_used, run.retry_count, run.pods_succeeded,
+                    run.message, run.finished_at) == (100.0 + i, 3, i, 4, "m", NOW)
+            assert (run.cost_cpu_used, run.cost_cpu_requested, run.cost_gpu_requested, run.queue_path) == (0, 0, 0, "")
+        with Session(engine) as session, session.begin():
+            assert add_to_job_runs(session, {"u1": [1.0] * 6 + [0.5] * 6 + [0.0]}, NOW) == {"u1"}
+        run = {r.uid: r for r in rows(engine)}["u1"]
+        assert (run.cpu_core_seconds_requested, run.cost_cpu_requested, run.cost_gpu_used) == (102.0, 0.5, 0.5)
     finally:
         engine.dispose()

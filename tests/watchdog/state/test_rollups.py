@@ -87,7 +87,7 @@ def test_first_sample_stands_for_its_window() -> None:
                      for i in range(21)], pods)
     recorder.ingest([UsageSample(T0 + i * 30, "team-a", "q", "main", 1.0, GIB, window=float(w))
                      for i, w in enumerate(["nan", 900, 30])], pods)
-    cpu_used, cpu_requested, _, _, gpu_used, gpu_requested, _ = recorder._jobs["uid-1"]
+    cpu_used, cpu_requested, _, _, gpu_used, gpu_requested = recorder._jobs["uid-1"][:6]
     assert (cpu_used, cpu_requested, gpu_used, gpu_requested) == pytest.approx((630, 1260, 630, 630))
     assert recorder._jobs["u2"][0] == pytest.approx(60)  # NaN window: nothing; later ones: the intervals
 

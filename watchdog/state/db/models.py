@@ -92,6 +92,16 @@ class JobRun(Base):
     memory_byte_seconds_used: Mapped[float] = mapped_column(Float, default=0.0)
     gpu_seconds_requested: Mapped[float] = mapped_column(Float, default=0.0)
     gpu_seconds_used: Mapped[float] = mapped_column(Float, default=0.0)  # utilisation x GPUs x seconds
+    # The same resource-seconds priced by the node each pod ran on, added with them (watchdog.state.prices).
+    cost_cpu_used: Mapped[float] = mapped_column(Float, default=0.0, server_default="0")
+    cost_cpu_requested: Mapped[float] = mapped_column(Float, default=0.0, server_default="0")
+    cost_memory_used: Mapped[float] = mapped_column(Float, default=0.0, server_default="0")
+    cost_memory_requested: Mapped[float] = mapped_column(Float, default=0.0, server_default="0")
+    cost_gpu_used: Mapped[float] = mapped_column(Float, default=0.0, server_default="0")
+    cost_gpu_requested: Mapped[float] = mapped_column(Float, default=0.0, server_default="0")
+    # The queue and its ancestors, root first ("root/eng/team-a"; "" in rows older than it): a report rolls
+    # a parent's children into it from the database alone.
+    queue_path: Mapped[str] = mapped_column(Text, default="", server_default="")
     # Pods of the run as Volcano last counted them. A finished Job's final status drops its counts, so
     # succeeded/failed keep the last status that reported finished pods (see watchdog.state.ledger).
     pods_pending: Mapped[int] = mapped_column(Integer, default=0, server_default="0")

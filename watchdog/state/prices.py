@@ -1,0 +1,130 @@
+"""What a run costs: the price of a pod's resources on its node, and a ledger row's cost on three bases.
+
+Where the price is applied, and why there: when the usage recorder integrates a pod's resource-seconds
+(watchdog.state.rollups), it multiplies each interval by the price of the node the pod runs on and adds
+the product to the run's cost columns (`cost_<resource>_<used|requested>` of `job_runs`), in the same
+UPDATE, in the same transaction, as the resource-seconds themselves. So a pod on a pricier node costs
+more, a run whose pods spread over two pools pays each pool's price for its own pods, and the cost is
+exactly as durable as the usage: a flush that rolls back restores both deltas, one that commits stores
+both. Several replicas, one truth: only the leader integrates, and a new leader starts from what is
+stored (`reset_integration`), so one replica or three, or a kill -9 between flushes, give the same
+stored columns as the usage they came from. Reading them (`run_cost`) is a pure function of the stored
+row and the configured prices, which every replica has.
+
+The three bases, per resource then summed: requested = what the run held (requested resource-seconds
+x price), used = what it used (measured resource-seconds x price), idle = requested - used, never
+below 0 per resource (a resource used beyond its request does not pay for another one left idle).
+
+A run no usage sample saw (a 10-second job between two polls, or one that ran while collection was
+down) has no integrated seconds; its requested basis comes from the ledger's own start, end and
+requests at the base prices (the ledger does not know its node), its used basis is 0. Prices are
+per hour in the settings (`costs:`), per second here.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Any
+
+from volcano_monitor.watchdog.state.cost_settings import GPU_PRODUCT_LABEL, Costs
+from volcano_monitor.watchdog.state.samples import PodInfo
+
+HOUR = 3600.0
+GIB = float(2**30)
+DEFAULT_GPU = "nvidia.com/gpu"
+RESOURCES = ("cpu", "memory", "gpu")
+BASES = ("requested", "used", "idle")
+
+
+@dataclass(frozen=True, slots=True)
+class Price:
+    """Per second: a core, a byte of memory, a GPU."""
+
+    cpu: float = 0.0
+    memory: float = 0.0
+    gpu: float = 0.0
+
+
+FREE = Price()
+
+
+def _gpu_price(prices: Mapping[str, float], resource: str) -> float:
+    """Per GPU-hour of `resource`; a GPU of a resource not priced (or a pod whose GPU resource is unknown)
+    pays nvidia.com/gpu's price, else the first GPU price given."""
+    if resource in prices:
+        return prices[resource]
+    if DEFAULT_GPU in prices:
+        return prices[DEFAULT_GPU]
+    return next((p for name, p in prices.items() if name.endswith("/gpu")), 0.0)
+
+
+def price_of(costs: Costs, labels: Mapping[str, str] | None, gpu_resource: str = "") -> Price:
+    """The per-second price on a node with these labels (None: node unknown, base prices): the base
+    prices, replaced by the first node pool whose selector matches, then a GPU model's price."""
+    prices: Mapping[str, float] = costs.prices
+    labels = labels or {}
+    for pool in costs.node_pools:
+        if all(labels.get(key) == value for key, value in pool.node_selector.items()):
+            prices = {**costs.prices, **pool.prices}
+            break
+    gpu = _gpu_price(prices, gpu_resource)
+    model = labels.get(GPU_PRODUCT_LABEL)
+    if model is not None and model in costs.gpu_models:
+        gpu = costs.gpu_models[model]
+    return Price(cpu=prices.get("cpu", 0.0) / HOUR, memory=prices.get("memory", 0.0) / HOUR / GIB, gpu=gpu / HOUR)
+
+
+class PriceBook:
+    """Prices of pods by their node, for the usage recorder. `labels` says a node's labels (None while the
+    node is unknown: base prices)."""
+
+    def __init__(self, costs: Costs, labels: Callable[[str], Mapping[str, str] | None] = lambda _: None) -> None:
+        self.costs = costs
+        self.labels = labels
+        self.base = price_of(costs, None)
+
+    def __call__(self, pod: PodInfo) -> Price:
+        if not self.costs.prices and not self.costs.gpu_models and not self.costs.node_pools:
+            return FREE
+        return price_of(self.costs, self.labels(pod.node) if pod.node else None, pod.gpu_resource)
+
+
+@dataclass(frozen=True, slots=True)
+class RunCost:
+    """One run's cost per resource and basis (currency units)."""
+
+    requested: Mapping[str, float]
+    used: Mapping[str, float]
+
+    @property
+    def idle(self) -> dict[str, float]:
+        return {r: max(0.0, self.requested[r] - self.used[r]) for r in RESOURCES}
+
+    def total(self, basis: str) -> float:
+        values = self.idle if basis == "idle" else self.requested if basis == "requested" else self.used
+        return sum(values.values())
+
+
+def held_seconds(started: datetime | None, ended: datetime | None) -> float:
+    """How long a run held its requests by the ledger's own times (0 while it runs or never started)."""
+    if started is None or ended is None:
+        return 0.0
+    return max(0.0, (ended - started).total_seconds())
+
+
+def run_cost(run: Any, costs: Costs) -> RunCost:
+    """A ledger row's cost (any object with job_runs' columns). Integrated cost where usage samples saw
+    the run; for a run none saw, requested = its requests x (end - start) at the base prices."""
+    used = {"cpu": run.cost_cpu_used, "memory": run.cost_memory_used, "gpu": run.cost_gpu_used}
+    requested = {"cpu": run.cost_cpu_requested, "memory": run.cost_memory_requested, "gpu": run.cost_gpu_requested}
+    sampled = (run.cpu_core_seconds_requested or run.memory_byte_seconds_requested or run.gpu_seconds_requested
+               or run.cpu_core_seconds_used or run.memory_byte_seconds_used or run.gpu_seconds_used)
+    if not sampled:
+        held = held_seconds(run.started_at, run.finished_at or run.deleted_at)
+        base = price_of(costs, None)
+        requested = {"cpu": run.requested_cpu_cores * held * base.cpu,
+                     "memory": run.requested_memory_bytes * held * base.memory,
+                     "gpu": run.requested_gpus * held * base.gpu}
+    return RunCost(requested=requested, used=used)
