@@ -2,8 +2,11 @@
 
 The explanation is `core.pending`'s, the same the exporter puts on `volcano_job_pending_reason`,
 computed on request from `ClusterIndex` (the Jobs, PodGroups and Queues the worker has observed): a
-request costs one explanation, nothing is kept. Read-only and public like `/api/v1/jobs`: it names
-queues and jobs, nothing of the jobs' data.
+request costs one explanation, nothing is kept. With it, the job's place in its queue (`position`, and
+the jobs `ahead` with their priority and gang request) in the order Volcano v1.12's scheduler takes a
+queue's jobs (`core.queueorder`; the exporter's `volcano_job_queue_position` says the same).
+Read-only and public like `/api/v1/jobs`: it names queues and jobs and their requests, nothing of the
+jobs' data.
 """
 
 from __future__ import annotations
@@ -14,14 +17,26 @@ from typing import Annotated
 from fastapi import APIRouter, HTTPException, Path
 from pydantic import BaseModel
 
+from volcano_monitor.core.model import res_dict
 from volcano_monitor.core.pending import REASONS
-from volcano_monitor.watchdog.state.cluster import WhyPending
+from volcano_monitor.watchdog.state.cluster import AHEAD_LIMIT, QueuePlace, WhyPending
 
 Explain = Callable[[str], WhyPending | None]  # ClusterIndex.why
 
 
 class ErrorOut(BaseModel):
     detail: str
+
+
+class AheadOut(BaseModel):
+    """A job the scheduler takes before this one."""
+
+    namespace: str
+    job_name: str
+    podgroup: str
+    priority_class: str  # as the PodGroup names it, "" for none
+    priority: int  # the class's value (a missing class: the globalDefault class's, else 0)
+    requests: dict[str, float]  # the PodGroup's minResources (base units: cores, bytes, counts)
 
 
 class WhyOut(BaseModel):
@@ -39,17 +54,33 @@ class WhyOut(BaseModel):
     message: str | None  # e.g. "queue research: nvidia.com/gpu 6 allocated + 4 requested > capability 8"
     scheduler_reason: str  # the PodGroup's Unschedulable condition as the scheduler wrote it, "" without one
     scheduler_message: str
+    # The place in the queue while it waits with a PodGroup (null otherwise: no PodGroup yet, or running).
+    position: int | None = None  # 1 = the scheduler takes it next
+    queue_waiting: int | None = None  # waiting jobs in the queue, this one included
+    priority: int | None = None
+    ahead: list[AheadOut] = []  # in the scheduler's order; at most the first 100 of position - 1
 
 
 DESCRIPTION = (
     "Why a live Job (or another operator's PodGroup, by its UID) is not running: one reason, the first that "
     "holds of\n\n" + "\n".join(f"- `{reason}`: {meaning}" for reason, meaning in REASONS.items())
+    + "\n\n`position` (1 = next) and `ahead` place the job among its queue's waiting PodGroups in the order "
+    "Volcano v1.12's scheduler takes them: the higher PriorityClass value first (a PodGroup's "
+    "`priorityClassName`; none or an unknown one: the globalDefault class's value, else 0), then the older "
+    "PodGroup, then `namespace/podgroup name`. A place, not a start order: a job that fits the queue is "
+    f"admitted past an earlier one that does not. `ahead` lists at most the first {AHEAD_LIMIT}."
     + "\n\n404 when the watchdog's informers know no live Job or PodGroup with this UID (finished and "
     "deleted runs: `/api/v1/jobs/{uid}`).")
 
 
+def ahead_out(place: QueuePlace | None) -> list[AheadOut]:
+    return [] if place is None else [
+        AheadOut(namespace=a.namespace, job_name=a.job_name, podgroup=a.podgroup, priority_class=a.priority_class,
+                 priority=a.priority, requests=res_dict(a.min_resources)) for a in place.ahead]
+
+
 def why_out(found: WhyPending) -> WhyOut:
-    why = found.explanation
+    why, place = found.explanation, found.place
     if why is None:
         return WhyOut(uid=found.uid, kind=found.kind, namespace=found.namespace, job_name=found.job_name,
                       phase=found.phase, pending=False, reason=None, queue=None, resource=None, message=None,
@@ -57,7 +88,10 @@ def why_out(found: WhyPending) -> WhyOut:
     return WhyOut(uid=found.uid, kind=found.kind, namespace=found.namespace, job_name=found.job_name,
                   phase=found.phase, pending=True, reason=why.reason, queue=why.queue, resource=why.resource,
                   message=why.message, scheduler_reason=why.scheduler_reason,
-                  scheduler_message=why.scheduler_message)
+                  scheduler_message=why.scheduler_message,
+                  position=place.position if place is not None else None,
+                  queue_waiting=place.waiting if place is not None else None,
+                  priority=place.priority if place is not None else None, ahead=ahead_out(place))
 
 
 def why_router(explain: Explain, synced: Callable[[], bool] = lambda: True) -> APIRouter:

@@ -217,7 +217,7 @@ def run_watchdog(settings: Settings) -> int:
                               wake=watchdog.notifier.wake,
                               identity=settings.leader_election.identity or socket.gethostname())
     app = create_app(engine, settings, health, queues=queues, outbox=watchdog.outbox,
-                     wake_notifier=watchdog.notifier.wake, request_made=watchdog.request_made,
+                     wake_notifier=watchdog.notifier.wake, request_made=watchdog.request_made, why=watchdog.index.why,
                      routers=[why_router(watchdog.index.why, watchdog.index_synced),
                               gpu_idle_router(engine, settings.gpu_idle, watchdog.gpu_idle.snapshot,
                                               leader.is_leader),

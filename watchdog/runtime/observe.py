@@ -115,6 +115,8 @@ class Observer:
             q: Queue = obj
             self.index.on_queue(event_type, q)
             self.queues.on_queue(event_type, q)
+        elif what == "priorityclasses":
+            self.index.on_priority_class(event_type, obj)
         elif what == "events":
             event: EventView = obj
             self.notes.on_event(event_type, event)

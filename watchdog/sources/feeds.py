@@ -19,9 +19,19 @@ from kubernetes import client
 from volcano_monitor.core.backoff import Backoff
 from volcano_monitor.core.containers import Containers, parse_containers
 from volcano_monitor.core.kube.informer import Informer
-from volcano_monitor.core.kube.resources import EVENTS, JOBS, NODES, PODGROUPS, PODS, QUEUES, ResourceKind
+from volcano_monitor.core.kube.resources import (
+    EVENTS,
+    JOBS,
+    NODES,
+    PODGROUPS,
+    PODS,
+    PRIORITYCLASSES,
+    QUEUES,
+    ResourceKind,
+)
 from volcano_monitor.core.model import Pod, parse_job, parse_node, parse_pod, parse_podgroup, parse_queue
 from volcano_monitor.core.podview import is_volcano_pod
+from volcano_monitor.core.queueorder import parse_priority_class
 from volcano_monitor.watchdog.config import Settings
 from volcano_monitor.watchdog.sources.metrics_api import MetricsApiCollector
 from volcano_monitor.watchdog.sources.node_metrics import NodeMetricsCollector
@@ -61,6 +71,7 @@ def informers(api: client.ApiClient, settings: Settings, notes: SchedulerNotes, 
     add(PODGROUPS, parse_podgroup, None)
     add(PODS, functools.partial(pod_view, settings.recommendations.workload_label), is_volcano_pod)
     add(QUEUES, parse_queue, None)
+    add(PRIORITYCLASSES, parse_priority_class, None)  # the queue order's first key (`/why`'s position)
     add(EVENTS, notes.parse, about_podgroup)  # Events about PodGroups only, dropped before parsing
     return made
 
@@ -117,10 +128,11 @@ def pod_view(workload_label: str | None, raw: Any) -> tuple[Pod, str]:
 
 
 def essential_synced(running: list[Informer[Any]]) -> bool:
-    """Every informer but the Events and Nodes ones has synced. Events only refine GangUnschedulable's
-    reason, Nodes only feed the node detectors (which wait for them): a cluster whose RBAC does not grant
-    them yet must not keep the watchdog unready."""
-    essential = [i for i in running if i.kind is not EVENTS and i.kind is not NODES]
+    """Every informer but the Events, Nodes and PriorityClasses ones has synced. Events only refine
+    GangUnschedulable's reason, Nodes only feed the node detectors (which wait for them), PriorityClasses
+    only order `/why`'s queue position: a cluster whose RBAC does not grant them yet must not keep the
+    watchdog unready."""
+    essential = [i for i in running if i.kind not in (EVENTS, NODES, PRIORITYCLASSES)]
     return bool(essential) and all(i.synced.is_set() for i in essential)
 
 

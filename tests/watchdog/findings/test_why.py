@@ -74,7 +74,8 @@ def test_why_names_the_reason_queue_and_resource(engine: Engine) -> None:
     assert got == {"uid": "uid-biggang", "kind": "Job", "namespace": "ml", "job_name": "biggang", "phase": "Pending",
                    "pending": True, "reason": "cluster_too_small", "queue": "root", "resource": "cpu",
                    "message": "cluster: cpu 120 requested > allocatable 96 (never fits)",
-                   "scheduler_reason": "", "scheduler_message": ""}
+                   "scheduler_reason": "", "scheduler_message": "",
+                   "position": 1, "queue_waiting": 1, "priority": 0, "ahead": []}
     got = cluster.why("uid-train")  # a queue at capability under a parent at capability
     assert (got["reason"], got["queue"], got["resource"], got["message"]) == (
         "queue_capability", "research-dev", GPU,
