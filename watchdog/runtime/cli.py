@@ -55,13 +55,16 @@ def build_parser() -> argparse.ArgumentParser:
     recommend.add_argument("-o", "--output", choices=list(OUTPUTS), default="table",
                            help="table (people), csv (spreadsheets), json (programs, base units) or yaml (a Job "
                                 "patch per workload; below recommendations.min_confidence none, only the reason)")
-    report = commands.add_parser("report", help="print requested vs used hours, waste, failures and wait/run times")
+    report = commands.add_parser("report", help="print requested vs used hours, cost, waste, failures and wait/run "
+                                 "times")
     report.add_argument("--since", default="7d", help="start: a duration before --until (7d, 36h) or an ISO 8601 "
                         "time (default: 7d)")
     report.add_argument("--until", help="end: a duration before now or an ISO 8601 time (default: now)")
-    report.add_argument("--by", choices=["queue", "namespace"], default="queue", help="group by (default: queue)")
+    report.add_argument("--by", choices=["queue", "namespace", "workload"], default="queue",
+                        help="group by (default: queue; a parent queue includes its children)")
     report.add_argument("--top", type=int, default=10, help="top wasters listed (default: 10)")
-    report.add_argument("-o", "--output", choices=["table", "csv", "json", "html", "md"], default="table")
+    report.add_argument("-o", "--output", choices=["table", "csv", "json", "html", "md", "focus"], default="table",
+                        help="table, csv, json, html, md, or focus (the runs' costs as FinOps FOCUS CSV)")
     test = commands.add_parser("notify-test", help="send a sample message to one receiver, to check its webhook")
     test.add_argument("--receiver", required=True, help="receiver name from the notifications configuration")
     parser.set_defaults(command="run")
@@ -116,7 +119,7 @@ def run_report(settings: Settings, args: argparse.Namespace) -> int:
         print("volcano-watchdog: --since must be before --until, --top at least 0", file=sys.stderr)
         return 2
     return read_only(settings, "report", lambda session: render_report(
-        compute_report(session, since, until, args.by, args.top), args.output))
+        compute_report(session, since, until, args.by, args.top, settings.costs), args.output))
 
 
 def run_watchdog(settings: Settings) -> int:

@@ -97,6 +97,7 @@ class RunCost:
 
     requested: Mapping[str, float]
     used: Mapping[str, float]
+    held: Mapping[str, float]  # requested resource-seconds (core-, byte-, GPU-seconds) the requested cost is for
 
     @property
     def idle(self) -> dict[str, float]:
@@ -119,12 +120,15 @@ def run_cost(run: Any, costs: Costs) -> RunCost:
     the run; for a run none saw, requested = its requests x (end - start) at the base prices."""
     used = {"cpu": run.cost_cpu_used, "memory": run.cost_memory_used, "gpu": run.cost_gpu_used}
     requested = {"cpu": run.cost_cpu_requested, "memory": run.cost_memory_requested, "gpu": run.cost_gpu_requested}
+    held = {"cpu": run.cpu_core_seconds_requested, "memory": run.memory_byte_seconds_requested,
+            "gpu": run.gpu_seconds_requested}
     sampled = (run.cpu_core_seconds_requested or run.memory_byte_seconds_requested or run.gpu_seconds_requested
                or run.cpu_core_seconds_used or run.memory_byte_seconds_used or run.gpu_seconds_used)
     if not sampled:
-        held = held_seconds(run.started_at, run.finished_at or run.deleted_at)
+        seconds = held_seconds(run.started_at, run.finished_at or run.deleted_at)
+        held = {"cpu": run.requested_cpu_cores * seconds, "memory": run.requested_memory_bytes * seconds,
+                "gpu": run.requested_gpus * seconds}
         base = price_of(costs, None)
-        requested = {"cpu": run.requested_cpu_cores * held * base.cpu,
-                     "memory": run.requested_memory_bytes * held * base.memory,
-                     "gpu": run.requested_gpus * held * base.gpu}
-    return RunCost(requested=requested, used=used)
+        requested = {"cpu": held["cpu"] * base.cpu, "memory": held["memory"] * base.memory,
+                     "gpu": held["gpu"] * base.gpu}
+    return RunCost(requested=requested, used=used, held=held)

@@ -230,7 +230,7 @@ def create_app(engine: Engine, settings: Settings, health: Health, clock: Callab
     private = APIRouter(dependencies=[Depends(token_guard(settings, reading=True))], responses=AUTH_RESPONSES)
     add_notification_routes(app, private, writes, engine, outbox, clock, wake_notifier)
     app.include_router(private)
-    app.include_router(report_router(clock))
+    app.include_router(report_router(clock, settings.costs))
     for router in routers:
         app.include_router(router)
     from volcano_monitor.watchdog.views.ui import ui_router  # the pages use this module's views: import when built

@@ -15,11 +15,13 @@ from fastapi import APIRouter, Depends, Query, Request, Response
 from fastapi.exceptions import RequestValidationError
 from sqlalchemy.orm import Session
 
+from volcano_monitor.watchdog.state.cost_settings import Costs
 from volcano_monitor.watchdog.views.report.compute import compute_report, parse_moment
 from volcano_monitor.watchdog.views.report.render import render
 
 MEDIA_TYPES = {"json": "application/json", "csv": "text/csv; charset=utf-8", "html": "text/html; charset=utf-8",
-               "md": "text/markdown; charset=utf-8", "table": "text/plain; charset=utf-8"}
+               "md": "text/markdown; charset=utf-8", "table": "text/plain; charset=utf-8",
+               "focus": "text/csv; charset=utf-8"}
 Moment = Annotated[str, Query(max_length=64, pattern=r"^[0-9A-Za-z:.+-]+$",
                               description="A duration before now (`7d`, `36h`) or an ISO 8601 time.")]
 
@@ -35,18 +37,20 @@ def invalid(name: str, value: str | None, reason: str) -> RequestValidationError
     return RequestValidationError([{"type": "value_error", "loc": ("query", name), "msg": reason, "input": value}])
 
 
-def report_router(clock: Callable[[], datetime] = lambda: datetime.now(UTC)) -> APIRouter:
+def report_router(clock: Callable[[], datetime] = lambda: datetime.now(UTC), costs: Costs | None = None) -> APIRouter:
+    """The reports endpoint; `costs`: the prices (`costs:` settings) its cost columns are at."""
     router = APIRouter(tags=["reports"])
 
     @router.get("/api/v1/reports", response_class=Response,
                 responses={200: {"content": {t: {} for t in MEDIA_TYPES.values()},
                                  "description": "The report in the format asked for."}})
     def report(session: Annotated[Session, Depends(_session)], since: Moment = "7d", until: Moment | None = None,
-               by: Literal["queue", "namespace"] = "queue",
-               format: Literal["json", "csv", "html", "md", "table"] = "json",
+               by: Literal["queue", "namespace", "workload"] = "queue",
+               format: Literal["json", "csv", "html", "md", "table", "focus"] = "json",
                top: Annotated[int, Query(ge=0, le=100)] = 10) -> Response:
-        """Requested vs used core-, GiB- and GPU-hours, waste, top wasters, failures, alerts and wait/run
-        time percentiles per queue or namespace, over [since, until) (until: now)."""
+        """Requested vs used core-, GiB- and GPU-hours, their cost (requested, used, idle), waste, top wasters,
+        failures, alerts and wait/run time percentiles per queue (a parent includes its children), namespace or
+        workload, over [since, until) (until: now); `focus`: the runs' costs as FinOps FOCUS CSV."""
         now = clock()
         try:
             end = parse_moment(until, now) if until else now
@@ -58,7 +62,7 @@ def report_router(clock: Callable[[], datetime] = lambda: datetime.now(UTC)) -> 
             raise invalid("since", since, str(exc)) from None
         if start >= end:
             raise invalid("since", since, "since must be before until")
-        found = compute_report(session, start, end, by, top)
+        found = compute_report(session, start, end, by, top, costs)
         return Response(render(found, format), media_type=MEDIA_TYPES[format])
 
     return router

@@ -10,6 +10,12 @@ requested minus used, never below zero per run. Failures: runs whose last phase 
 or Terminated (the failure detector's phases), and alerts that fired in the period, by kind.
 Percentiles interpolate linearly between the closest ranks (numpy's default), over the runs that
 have the times: wait = start - creation, run = end - start.
+
+Cost: each run's cost on the three bases (requested, used, idle: watchdog.state.prices.run_cost), summed
+like the hours, in the configured currency. By queue, a parent queue's row includes its children's runs
+(the ledger keeps each run's queue path, root first): its numbers are its own runs' and every
+descendant's, so the rows of a tree add up to more than the total, which counts each run once. By
+workload: `namespace/workload`.
 """
 
 from __future__ import annotations
@@ -24,11 +30,13 @@ from sqlalchemy import and_, func, or_, select
 from sqlalchemy.orm import Session
 
 from volcano_monitor.watchdog.findings.detectors.failure import FAILED_PHASES
+from volcano_monitor.watchdog.state.cost_settings import Costs
 from volcano_monitor.watchdog.state.db.models import Alert, JobRun
 from volcano_monitor.watchdog.state.ledger import ended_at
+from volcano_monitor.watchdog.state.prices import BASES, RunCost, run_cost
 
-GroupBy = Literal["queue", "namespace"]
-GROUPINGS: tuple[GroupBy, ...] = ("queue", "namespace")
+GroupBy = Literal["queue", "namespace", "workload"]
+GROUPINGS: tuple[GroupBy, ...] = ("queue", "namespace", "workload")
 HOUR = 3600.0
 GIB = float(2**30)
 PERCENTILES = (50, 90, 99)
@@ -53,6 +61,15 @@ class Hours:
 
 
 @dataclass
+class Cost:
+    """A group's cost on the three bases, in the report's currency."""
+
+    requested: float = 0.0
+    used: float = 0.0
+    idle: float = 0.0
+
+
+@dataclass
 class Group:
     """One queue's or namespace's numbers over the period."""
 
@@ -64,6 +81,7 @@ class Group:
     cpu: Hours = field(default_factory=Hours)
     memory: Hours = field(default_factory=Hours)
     gpu: Hours = field(default_factory=Hours)
+    cost: Cost = field(default_factory=Cost)
     alerts: dict[str, int] = field(default_factory=dict)  # kind -> alerts fired in the period
     wait_seconds: dict[int, float | None] = field(default_factory=dict)  # percentile -> seconds
     run_seconds: dict[int, float | None] = field(default_factory=dict)
@@ -81,6 +99,19 @@ class Waster:
     gpu_hours: float
 
 
+@dataclass(frozen=True)
+class Charge:
+    """One run's cost in the period, for the FOCUS export (render.to_focus)."""
+
+    uid: str
+    kind: str
+    namespace: str
+    name: str
+    queue: str
+    workload: str
+    cost: RunCost
+
+
 @dataclass
 class Report:
     since: datetime
@@ -89,6 +120,8 @@ class Report:
     groups: list[Group]
     total: Group
     top_wasters: list[Waster]
+    currency: str = "USD"
+    charges: list[Charge] = field(default_factory=list)  # every run of the period, in ledger order
 
 
 def percentile(values: list[float], p: float) -> float | None:
@@ -102,10 +135,13 @@ def percentile(values: list[float], p: float) -> float | None:
     return ordered[low] + (ordered[high] - ordered[low]) * (rank - low)
 
 
-_COLUMNS = (JobRun.namespace, JobRun.name, JobRun.queue, JobRun.phase, JobRun.created_at, JobRun.started_at,
+_COLUMNS = (JobRun.uid, JobRun.kind, JobRun.namespace, JobRun.name, JobRun.queue, JobRun.phase, JobRun.created_at,
+            JobRun.started_at,
             JobRun.finished_at, JobRun.deleted_at, JobRun.cpu_core_seconds_requested, JobRun.cpu_core_seconds_used,
             JobRun.memory_byte_seconds_requested, JobRun.memory_byte_seconds_used, JobRun.gpu_seconds_requested,
-            JobRun.gpu_seconds_used)
+            JobRun.gpu_seconds_used, JobRun.workload, JobRun.queue_path, JobRun.requested_cpu_cores,
+            JobRun.requested_memory_bytes, JobRun.requested_gpus, JobRun.cost_cpu_used, JobRun.cost_cpu_requested,
+            JobRun.cost_memory_used, JobRun.cost_memory_requested, JobRun.cost_gpu_used, JobRun.cost_gpu_requested)
 
 
 def _runs(session: Session, since: datetime, until: datetime) -> Sequence[Any]:
@@ -119,18 +155,42 @@ def _runs(session: Session, since: datetime, until: datetime) -> Sequence[Any]:
     )).order_by(JobRun.id)).all()
 
 
-def compute_report(session: Session, since: datetime, until: datetime, by: GroupBy, top: int = 10) -> Report:
-    """The report of [since, until) grouped by queue or namespace (a run without a queue: "")."""
+def group_keys(run: Any, by: GroupBy) -> list[str]:
+    """The groups a run counts in: its namespace, its `namespace/workload`, or its queue and every ancestor
+    of it (a row older than queue paths: its queue alone)."""
+    if by == "namespace":
+        return [run.namespace]
+    if by == "workload":
+        return [f"{run.namespace}/{run.workload}"]
+    path = [name for name in (run.queue_path or "").split("/") if name]
+    if not path or path[-1] != run.queue:
+        return [run.queue]
+    return list(dict.fromkeys(reversed(path)))  # the queue first; a name twice in a path counts once
+
+
+def compute_report(session: Session, since: datetime, until: datetime, by: GroupBy, top: int = 10,
+                   costs: Costs | None = None) -> Report:
+    """The report of [since, until) grouped by queue, namespace or workload (a run without a queue: "");
+    costs at `costs`' prices (None: no prices, every cost 0)."""
+    costs = costs or Costs()
     groups: dict[str, Group] = {}
     total = Group(name="(all)")
     waits: dict[str | None, list[float]] = defaultdict(list)
     durations: dict[str | None, list[float]] = defaultdict(list)
     wasters: list[Waster] = []
+    charges: list[Charge] = []
+    ancestors: dict[str, list[str]] = {}  # by queue: a queue and its ancestors, from its runs' paths
     for run in _runs(session, since, until):
-        key = run.queue if by == "queue" else run.namespace
-        group = groups.setdefault(key, Group(name=key))
+        keys = group_keys(run, by)
+        key = keys[0]
+        ancestors.setdefault(key, keys)
         end = run.finished_at or run.deleted_at
-        for target in (group, total):
+        priced = run_cost(run, costs)
+        bases = {basis: priced.total(basis) for basis in BASES}
+        charges.append(Charge(run.uid, run.kind, run.namespace, run.name, run.queue, run.workload, priced))
+        for target in (*(groups.setdefault(k, Group(name=k)) for k in keys), total):
+            for basis, amount in bases.items():
+                setattr(target.cost, basis, getattr(target.cost, basis) + amount)
             target.runs += 1
             target.failed += run.phase in FAILED_PHASES
             target.succeeded += run.phase == "Completed"
@@ -139,23 +199,28 @@ def compute_report(session: Session, since: datetime, until: datetime, by: Group
             target.memory.add(run.memory_byte_seconds_requested / HOUR / GIB, run.memory_byte_seconds_used / HOUR / GIB)
             target.gpu.add(run.gpu_seconds_requested / HOUR, run.gpu_seconds_used / HOUR)
         if run.started_at is not None and run.created_at is not None:
-            for name in (key, None):  # None: the total
+            for name in (*keys, None):  # None: the total
                 waits[name].append(max(0.0, (run.started_at - run.created_at).total_seconds()))
         if run.started_at is not None and end is not None:
-            for name in (key, None):  # None: the total
+            for name in (*keys, None):  # None: the total
                 durations[name].append(max(0.0, (end - run.started_at).total_seconds()))
         wasters.append(Waster(run.namespace, run.name, run.queue,
                               max(0.0, run.cpu_core_seconds_requested - run.cpu_core_seconds_used) / HOUR,
                               max(0.0, run.memory_byte_seconds_requested - run.memory_byte_seconds_used) / HOUR / GIB,
                               max(0.0, run.gpu_seconds_requested - run.gpu_seconds_used) / HOUR))
+    # Alerts name a queue and a namespace, not a workload: by workload only the total counts them. A
+    # child queue's alerts count in its ancestors too, as far as the period's runs tell its path.
     column = Alert.queue if by == "queue" else Alert.namespace
     fired = session.execute(select(column, Alert.kind, func.count()).where(
         Alert.fired_at >= since, Alert.fired_at < until).group_by(column, Alert.kind)).all()
     totals: Counter[str] = Counter()
     for key, kind, count in fired:
-        group = groups.setdefault(str(key), Group(name=str(key)))
-        group.alerts[str(kind)] = int(count)
         totals[str(kind)] += int(count)
+        if by == "workload":
+            continue
+        for name in ancestors.get(str(key), [str(key)]):
+            group = groups.setdefault(name, Group(name=name))
+            group.alerts[str(kind)] = group.alerts.get(str(kind), 0) + int(count)
     total.alerts = dict(sorted(totals.items()))
     for name, target in [*groups.items(), (None, total)]:
         target.alerts = dict(sorted(target.alerts.items()))
@@ -164,7 +229,7 @@ def compute_report(session: Session, since: datetime, until: datetime, by: Group
     ranked = sorted((w for w in wasters if w.gpu_hours > 0 or w.cpu_core_hours > 0 or w.memory_gib_hours > 0),
                     key=lambda w: (-w.gpu_hours, -w.cpu_core_hours, -w.memory_gib_hours, w.namespace, w.name))
     return Report(since=since, until=until, by=by, groups=[groups[k] for k in sorted(groups)], total=total,
-                  top_wasters=ranked[:top])
+                  top_wasters=ranked[:top], currency=costs.currency, charges=charges)
 
 
 def parse_moment(text: str, now: datetime) -> datetime:

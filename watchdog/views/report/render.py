@@ -1,9 +1,13 @@
-"""A report as a table, CSV, JSON, Markdown or a self-contained HTML page.
+"""A report as a table, CSV, JSON, Markdown, a self-contained HTML page, or FinOps FOCUS CSV.
 
-Every format carries the same columns (`COLUMNS`, one row per queue or namespace and a last row for
-all of them) and, except CSV, the top wasters; numbers are rounded to 2 decimals for reading (JSON
-keeps them whole, for scripts). The HTML page has no script and no external asset: a chat link opens
-it as is, and every value is escaped.
+Every format but FOCUS carries the same columns (`COLUMNS`, one row per queue, namespace or workload
+and a last row for all of them, costs included) and, except CSV, the top wasters; numbers are rounded
+to 2 decimals for reading (JSON keeps them whole, for scripts). The HTML page has no script and no
+external asset: a chat link opens it as is, and every value is escaped.
+
+FOCUS (`focus`): one row per run and resource (cpu, memory, gpu) with a cost or a quantity, in the
+column names of the FinOps FOCUS specification (`FOCUS_COLUMNS`; docs/cost.md says which we fill and
+how), so FinOps tools import it as they import a cloud bill.
 """
 
 from __future__ import annotations
@@ -15,25 +19,37 @@ import json
 from dataclasses import asdict
 from typing import Any
 
+from volcano_monitor.watchdog.state.prices import GIB, HOUR, RESOURCES
 from volcano_monitor.watchdog.views.report.compute import PERCENTILES, Group, Report
 
-FORMATS = ("table", "csv", "json", "html", "md")
+FORMATS = ("table", "csv", "json", "html", "md", "focus")
 COLUMNS = ("group", "runs", "succeeded", "failed", "running",
            "cpu_core_hours_requested", "cpu_core_hours_used", "cpu_core_hours_wasted",
            "memory_gib_hours_requested", "memory_gib_hours_used", "memory_gib_hours_wasted",
-           "gpu_hours_requested", "gpu_hours_used", "gpu_hours_wasted", "alerts_fired",
+           "gpu_hours_requested", "gpu_hours_used", "gpu_hours_wasted",
+           "cost_requested", "cost_used", "cost_idle", "currency", "alerts_fired",
            *(f"wait_seconds_p{p}" for p in PERCENTILES), *(f"run_seconds_p{p}" for p in PERCENTILES))
 _SHORT = {"cpu_core_hours": "cpu h", "memory_gib_hours": "mem GiB·h", "gpu_hours": "gpu h"}
 WASTER_COLUMNS = ("namespace", "name", "queue", "cpu_core_hours", "memory_gib_hours", "gpu_hours")
 
 
-def row(group: Group) -> dict[str, Any]:
+FOCUS_COLUMNS = ("BillingPeriodStart", "BillingPeriodEnd", "ChargePeriodStart", "ChargePeriodEnd",
+                 "ChargeCategory", "ChargeDescription", "BilledCost", "EffectiveCost", "ListCost", "BillingCurrency",
+                 "ConsumedQuantity", "ConsumedUnit", "PricingQuantity", "PricingUnit", "ResourceId", "ResourceName",
+                 "ResourceType", "ServiceCategory", "ServiceName", "SkuId", "Tags")
+# Per resource: the unit of its quantity and the divisor from the ledger's resource-seconds to it.
+FOCUS_UNITS = {"cpu": ("Core-Hours", HOUR), "memory": ("GiB-Hours", HOUR * GIB), "gpu": ("GPU-Hours", HOUR)}
+
+
+def row(group: Group, currency: str = "") -> dict[str, Any]:
     out: dict[str, Any] = {"group": group.name, "runs": group.runs, "succeeded": group.succeeded,
                            "failed": group.failed, "running": group.running}
     for prefix, hours in (("cpu_core_hours", group.cpu), ("memory_gib_hours", group.memory),
                           ("gpu_hours", group.gpu)):
         out.update({f"{prefix}_requested": hours.requested, f"{prefix}_used": hours.used,
                     f"{prefix}_wasted": hours.wasted})
+    out.update({"cost_requested": group.cost.requested, "cost_used": group.cost.used, "cost_idle": group.cost.idle,
+                "currency": currency})
     out["alerts_fired"] = sum(group.alerts.values())
     out.update({f"wait_seconds_p{p}": group.wait_seconds.get(p) for p in PERCENTILES})
     out.update({f"run_seconds_p{p}": group.run_seconds.get(p) for p in PERCENTILES})
@@ -42,7 +58,7 @@ def row(group: Group) -> dict[str, Any]:
 
 def rows(report: Report) -> list[dict[str, Any]]:
     """One row per group, then the total."""
-    return [row(g) for g in (*report.groups, report.total)]
+    return [row(g, report.currency) for g in (*report.groups, report.total)]
 
 
 def _cell(value: Any) -> str:
@@ -66,7 +82,7 @@ def title(report: Report) -> str:
 def to_json(report: Report) -> str:
     return json.dumps({
         "since": report.since.isoformat(), "until": report.until.isoformat(), "by": report.by,
-        "groups": rows(report)[:-1], "total": row(report.total),
+        "currency": report.currency, "groups": rows(report)[:-1], "total": row(report.total, report.currency),
         "alerts": {g.name: g.alerts for g in report.groups if g.alerts}, "alerts_total": report.total.alerts,
         "top_wasters": [asdict(w) for w in report.top_wasters],
     }, indent=2) + "\n"
@@ -77,6 +93,34 @@ def to_csv(report: Report) -> str:
     writer = csv.DictWriter(out, fieldnames=COLUMNS, lineterminator="\n")
     writer.writeheader()
     writer.writerows(rows(report))
+    return out.getvalue()
+
+
+def to_focus(report: Report) -> str:
+    """FinOps FOCUS rows: per run of the period and resource it requested or used, its requested cost as
+    billed and effective cost (no discounts are known), its requested hours as the consumed quantity."""
+    out = io.StringIO()
+    writer = csv.DictWriter(out, fieldnames=FOCUS_COLUMNS, lineterminator="\n")
+    writer.writeheader()
+    start, end = report.since.isoformat(), report.until.isoformat()
+    for charge in report.charges:
+        tags = json.dumps({"queue": charge.queue, "namespace": charge.namespace, "workload": charge.workload,
+                           "kind": charge.kind}, sort_keys=True)
+        for resource in RESOURCES:
+            unit, per = FOCUS_UNITS[resource]
+            quantity, cost = charge.cost.held[resource] / per, charge.cost.requested[resource]
+            if quantity <= 0 and cost <= 0:
+                continue
+            writer.writerow({
+                "BillingPeriodStart": start, "BillingPeriodEnd": end, "ChargePeriodStart": start,
+                "ChargePeriodEnd": end, "ChargeCategory": "Usage",
+                "ChargeDescription": f"{resource} requested by {charge.kind} {charge.namespace}/{charge.name}",
+                "BilledCost": cost, "EffectiveCost": cost, "ListCost": cost, "BillingCurrency": report.currency,
+                "ConsumedQuantity": quantity, "ConsumedUnit": unit, "PricingQuantity": quantity, "PricingUnit": unit,
+                "ResourceId": charge.uid, "ResourceName": f"{charge.namespace}/{charge.name}",
+                "ResourceType": f"Volcano {charge.kind}" if charge.kind == "Job" else charge.kind,
+                "ServiceCategory": "Compute", "ServiceName": "Volcano", "SkuId": resource, "Tags": tags,
+            })
     return out.getvalue()
 
 
@@ -135,5 +179,6 @@ def to_html(report: Report) -> str:
 
 
 def render(report: Report, output: str) -> str:
-    renderers = {"table": to_table, "csv": to_csv, "json": to_json, "html": to_html, "md": to_markdown}
+    renderers = {"table": to_table, "csv": to_csv, "json": to_json, "html": to_html, "md": to_markdown,
+                 "focus": to_focus}
     return renderers[output](report)

@@ -50,8 +50,32 @@ def make_rows(seed: int = 7, count: int = 80) -> list[dict[str, Any]]:
             "memory_byte_seconds_used": req["mem"] * 2**30 * rng.uniform(0, 1.1),
             "gpu_seconds_requested": req["gpu"], "gpu_seconds_used": req["gpu"] * rng.uniform(0, 1),
             "updated_at": UNTIL,
+            **{f"cost_{r}_{b}": rng.uniform(0, 50) * (req[k] > 0)
+               for r, k in (("cpu", "cpu"), ("memory", "mem"), ("gpu", "gpu")) for b in ("requested", "used")},
         })
+    for row in rows[::9]:  # runs no usage sample saw: billed from their start, end and requests
+        row.update({f"{c}_{b}": 0.0 for c in ("cpu_core_seconds", "memory_byte_seconds", "gpu_seconds", "cost_cpu",
+                                               "cost_memory", "cost_gpu") for b in ("requested", "used")},
+                   requested_cpu_cores=4.0, requested_memory_bytes=8 * 2**30, requested_gpus=1.0)
     return rows
+
+
+PRICES = {"cpu": 0.04, "memory": 0.005, "nvidia.com/gpu": 2.5}
+
+
+def row_cost(row: dict[str, Any]) -> dict[str, float]:
+    """A run's cost on the three bases from the row as inserted (docs/cost.md's definition)."""
+    used = {r: row[f"cost_{r}_used"] for r in ("cpu", "memory", "gpu")}
+    requested = {r: row[f"cost_{r}_requested"] for r in ("cpu", "memory", "gpu")}
+    if not any(row[f"{c}_{b}"] for c in ("cpu_core_seconds", "memory_byte_seconds", "gpu_seconds")
+               for b in ("requested", "used")):
+        end = row["finished_at"] or row["deleted_at"]
+        held = (end - row["started_at"]).total_seconds() if end and row["started_at"] else 0.0
+        requested = {"cpu": row.get("requested_cpu_cores", 0) * held / 3600 * PRICES["cpu"],
+                     "memory": row.get("requested_memory_bytes", 0) / 2**30 * held / 3600 * PRICES["memory"],
+                     "gpu": row.get("requested_gpus", 0) * held / 3600 * PRICES["nvidia.com/gpu"]}
+    return {"requested": sum(requested.values()), "used": sum(used.values()),
+            "idle": sum(max(0.0, requested[r] - used[r]) for r in requested)}
 
 
 def make_alerts(seed: int = 3, count: int = 30) -> list[dict[str, Any]]:
@@ -75,7 +99,8 @@ def expected(rows: list[dict[str, Any]], alerts: list[dict[str, Any]], by: str) 
 
     def blank() -> dict[str, Any]:
         return {"runs": 0, "failed": 0, "succeeded": 0, "running": 0, "waits": [], "durations": [], "alerts": 0,
-                **{f"{r}_{k}": 0.0 for r in ("cpu", "mem", "gpu") for k in ("req", "used", "waste")}}
+                **{f"{r}_{k}": 0.0 for r in ("cpu", "mem", "gpu") for k in ("req", "used", "waste")},
+                **{f"cost_{b}": 0.0 for b in ("requested", "used", "idle")}}
 
     for row in rows:
         end = row["finished_at"] or row["deleted_at"]
@@ -88,6 +113,8 @@ def expected(rows: list[dict[str, Any]], alerts: list[dict[str, Any]], by: str) 
             e["failed"] += row["phase"] in ("Failed", "Aborted", "Terminated")
             e["succeeded"] += row["phase"] == "Completed"
             e["running"] += end is None
+            for basis, amount in row_cost(row).items():
+                e[f"cost_{basis}"] += amount
             for short, column, unit in (("cpu", "cpu_core_seconds", 3600), ("mem", "memory_byte_seconds", 3600 * 2**30),
                                         ("gpu", "gpu_seconds", 3600)):
                 req, used = row[f"{column}_requested"] / unit, row[f"{column}_used"] / unit
@@ -115,6 +142,9 @@ def check(found: dict[str, Any], want: dict[str, Any]) -> None:
     for key in ("runs", "failed", "succeeded", "running"):
         assert found[key] == want[key], key
     assert found["alerts_fired"] == want["alerts"]
+    for basis in ("requested", "used", "idle"):
+        assert found[f"cost_{basis}"] == pytest.approx(want[f"cost_{basis}"], rel=1e-9, abs=1e-9), basis
+    assert found["currency"] == "EUR"
     for short, prefix in (("cpu", "cpu_core_hours"), ("mem", "memory_gib_hours"), ("gpu", "gpu_hours")):
         for k, name in (("req", "requested"), ("used", "used"), ("waste", "wasted")):
             assert found[f"{prefix}_{name}"] == pytest.approx(want[f"{short}_{k}"], rel=1e-9, abs=1e-9)
@@ -124,20 +154,26 @@ def check(found: dict[str, Any], want: dict[str, Any]) -> None:
 
 
 @pytest.mark.parametrize("by", ["queue", "namespace"])
-def test_report_matches_the_ledger(engine: Engine, database_url: str, by: str,
+def test_report_matches_the_ledger(engine: Engine, database_url: str, by: str, tmp_path: Path,
                                    capsys: pytest.CaptureFixture[str]) -> None:
     rows, alerts = make_rows(), make_alerts()
     insert(engine, rows, alerts)
     want = expected(rows, alerts, by)
     assert len(want) >= 3 and want["(all)"]["runs"] >= 20 and want["(all)"]["failed"] > 0  # the data covers cases
+    assert want["(all)"]["cost_requested"] > want["(all)"]["cost_idle"] > 0
+    unsampled = [r for r in rows[::9] if r["started_at"] and (r["finished_at"] or r["deleted_at"])]
+    assert any(row_cost(r)["requested"] > 0 for r in unsampled)  # the data bills runs no sample saw
     with Session(engine) as session:
         report = compute_report(session, SINCE, UNTIL, by)  # type: ignore[arg-type]
     assert {g.name for g in report.groups} == set(want) - {"(all)"}
-    code = main(["--database-url", database_url, "report", "--since", SINCE.isoformat(),
+    config = tmp_path / "watchdog.yaml"
+    config.write_text(json.dumps({"costs": {"currency": "EUR", "prices": PRICES}}))
+    code = main(["--config", str(config), "--database-url", database_url, "report", "--since", SINCE.isoformat(),
                  "--until", UNTIL.isoformat(), "--by", by, "-o", "json"])
     out = capsys.readouterr()
     assert code == 0 and "report from" in out.err
     printed = json.loads(out.out)
+    assert printed["currency"] == "EUR"
     for group in printed["groups"]:
         check(group, want[group["group"]])
     check(printed["total"], want["(all)"])
