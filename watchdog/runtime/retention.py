@@ -41,7 +41,8 @@ from sqlalchemy.sql.elements import ColumnElement
 
 from volcano_monitor.watchdog.config import Settings
 from volcano_monitor.watchdog.state.db.models import UsageRollup, UsageRollupHourly, UTCDateTime
-from volcano_monitor.watchdog.state.ledger import expired
+from volcano_monitor.watchdog.state.ledger import JOB_RUNS, expired
+from volcano_monitor.watchdog.state.prices import retire_costs
 
 log = logging.getLogger(__name__)
 
@@ -204,8 +205,19 @@ def run_retention(engine: Engine, settings: Settings, now: datetime,
             return int(result.scalar_one()) if chunks.postgres else max(result.rowcount, 0)
 
         counts["usage_rollups_downsampled"] = chunks.run(downsample)
+    def retiring(connection: Any) -> int:
+        """Ledger rows: their cost moves into cost_retired in the chunk that deletes them (the counters on
+        /metrics never go down); the ids are picked once, so both statements see the same rows."""
+        ids = list(connection.execute(select(JOB_RUNS.c.id).where(conditions["job_runs"][1])
+                                      .limit(settings.retention.chunk_rows)).scalars())
+        if not ids:
+            return 0
+        retire_costs(connection, ids, settings.costs)
+        return max(cast(CursorResult[Any], connection.execute(delete(JOB_RUNS).where(JOB_RUNS.c.id.in_(ids))))
+                   .rowcount, 0)
+
     for name in ("usage_rollups_hourly", "job_runs", "alerts"):
-        counts[name] = 0 if chunks.stopped else chunks.run(deleting(name))
+        counts[name] = 0 if chunks.stopped else chunks.run(retiring if name == "job_runs" else deleting(name))
     counts["chunks"], counts["stopped"] = chunks.chunks, int(chunks.stopped)
     if any(counts[name] for name in conditions) or counts["usage_rollups_downsampled"]:
         log.info("retention: %s", ", ".join(f"{n} {name}" for name, n in counts.items()))

@@ -19,16 +19,25 @@ A run no usage sample saw (a 10-second job between two polls, or one that ran wh
 down) has no integrated seconds; its requested basis comes from the ledger's own start, end and
 requests at the base prices (the ledger does not know its node), its used basis is 0. Prices are
 per hour in the settings (`costs:`), per second here.
+
+The same definition in SQL (`cost_sums`), for the /metrics counters, which sum the whole ledger by
+queue; retention moves the cost of the rows it removes into `cost_retired` in the transaction that
+removes them (`retire_costs`), so ledger + retired never goes down.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
+from sqlalchemy import ColumnElement, Connection, case, func, select
+from sqlalchemy.dialects import postgresql, sqlite
+from sqlalchemy.orm import Session
+
 from volcano_monitor.watchdog.state.cost_settings import GPU_PRODUCT_LABEL, Costs
+from volcano_monitor.watchdog.state.db.models import CostRetired, JobRun
 from volcano_monitor.watchdog.state.samples import PodInfo
 
 HOUR = 3600.0
@@ -132,3 +141,62 @@ def run_cost(run: Any, costs: Costs) -> RunCost:
         requested = {"cpu": held["cpu"] * base.cpu, "memory": held["memory"] * base.memory,
                      "gpu": held["gpu"] * base.gpu}
     return RunCost(requested=requested, used=used, held=held)
+
+
+def _run_seconds(dialect: str) -> Any:
+    """watchdog.state.ledger.run_seconds (which imports this module for retention, so it is not imported)."""
+    end = func.coalesce(JobRun.finished_at, JobRun.deleted_at)
+    if dialect == "sqlite":
+        return (func.julianday(end) - func.julianday(JobRun.started_at)) * 86400.0
+    return func.extract("epoch", end - JobRun.started_at)
+
+
+def cost_sums(dialect: str, costs: Costs) -> tuple[Any, Any, Any]:
+    """SUM() of `run_cost`'s three bases over job_runs rows, as SQL expressions of `dialect` (for a GROUP BY)."""
+    r = JobRun
+    sampled = (r.cpu_core_seconds_requested + r.memory_byte_seconds_requested + r.gpu_seconds_requested
+               + r.cpu_core_seconds_used + r.memory_byte_seconds_used + r.gpu_seconds_used) > 0
+    seconds = func.coalesce(_run_seconds(dialect), 0.0)
+    held = case((seconds > 0, seconds), else_=0.0)
+    base = price_of(costs, None)
+
+    def requested(cost: Any, amount: Any, price: float) -> ColumnElement[float]:
+        return case((sampled, cost), else_=amount * held * price)
+
+    def idle(req: ColumnElement[float], used: Any) -> ColumnElement[float]:
+        return case((req > used, req - used), else_=0.0)
+
+    cpu = requested(r.cost_cpu_requested, r.requested_cpu_cores, base.cpu)
+    memory = requested(r.cost_memory_requested, r.requested_memory_bytes, base.memory)
+    gpu = requested(r.cost_gpu_requested, r.requested_gpus, base.gpu)
+    return (func.sum(cpu + memory + gpu), func.sum(r.cost_cpu_used + r.cost_memory_used + r.cost_gpu_used),
+            func.sum(idle(cpu, r.cost_cpu_used) + idle(memory, r.cost_memory_used) + idle(gpu, r.cost_gpu_used)))
+
+
+def retire_costs(session: Session | Connection, where: ColumnElement[bool] | Sequence[int], costs: Costs) -> None:
+    """Add the cost of the job_runs rows about to be deleted (`where`, or their ids) to `cost_retired`, in the
+    caller's transaction (the one that deletes them)."""
+    condition = JobRun.id.in_(list(where)) if isinstance(where, Sequence) else where
+    dialect = session.dialect.name if isinstance(session, Connection) else session.get_bind().dialect.name
+    sums = session.execute(select(JobRun.queue, *cost_sums(dialect, costs)).where(condition)
+                           .group_by(JobRun.queue)).all()
+    table: Any = CostRetired.__table__
+    insert = (postgresql.insert if dialect == "postgresql" else sqlite.insert)(table)
+    statement = insert.on_conflict_do_update(index_elements=[table.c.queue], set_={
+        name: table.c[name] + insert.excluded[name] for name in ("requested", "used", "idle")})
+    for queue, requested, used, idle in sums:
+        session.execute(statement, {"queue": queue, "requested": float(requested or 0), "used": float(used or 0),
+                                    "idle": float(idle or 0)})
+
+
+def queue_cost_totals(session: Session, costs: Costs) -> dict[str, tuple[float, float, float]]:
+    """Per queue, (requested, used, idle) of every run the ledger holds plus what retention retired."""
+    dialect = session.get_bind().dialect.name
+    totals: dict[str, tuple[float, float, float]] = {}
+    for queue, requested, used, idle in session.execute(
+            select(JobRun.queue, *cost_sums(dialect, costs)).group_by(JobRun.queue)):
+        totals[queue] = (float(requested or 0), float(used or 0), float(idle or 0))
+    for row in session.scalars(select(CostRetired)):
+        have = totals.get(row.queue, (0.0, 0.0, 0.0))
+        totals[row.queue] = (have[0] + row.requested, have[1] + row.used, have[2] + row.idle)
+    return totals

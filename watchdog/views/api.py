@@ -133,7 +133,8 @@ def create_app(engine: Engine, settings: Settings, health: Health, clock: Callab
              responses={200: {"content": {CONTENT_TYPE: {}}, "description": "Prometheus text format 0.0.4."}})
     def metrics(session: Db) -> Response:
         now = clock()
-        return Response(render_metrics(session, health, now, cache.get(session, now)), media_type=CONTENT_TYPE)
+        return Response(render_metrics(session, health, now, cache.get(session, now), settings.costs),
+                        media_type=CONTENT_TYPE)
 
     @app.get("/api/v1/alerts", response_model=AlertPage, tags=["alerts"])
     def list_alerts(session: Db, state: Literal["pending", "firing", "resolved"] | None = None, kind: Text = None,

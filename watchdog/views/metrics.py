@@ -8,7 +8,9 @@ costs little however long the history. When the database cannot be read, the hea
 `volcano_watchdog_database_up` says 0.
 
 There is no counter of resolved alerts: retention deletes old resolved rows, so a count of them would
-go down, which a counter must never do.
+go down, which a counter must never do. The cost counters can be counters because retention moves the
+cost of the ledger rows it removes into `cost_retired` in the same transaction (watchdog.state.prices):
+they sum the whole ledger by queue at every scrape (one GROUP BY over job_runs).
 """
 
 from __future__ import annotations
@@ -44,8 +46,10 @@ from volcano_monitor.watchdog.findings.recommendations.backfill import (
     BACKFILL_SAMPLES,
     BACKFILL_WORKLOADS,
 )
+from volcano_monitor.watchdog.state.cost_settings import Costs
 from volcano_monitor.watchdog.state.db.models import Alert, JobRun
 from volcano_monitor.watchdog.state.ledger import ended_at
+from volcano_monitor.watchdog.state.prices import queue_cost_totals
 
 if TYPE_CHECKING:
     from volcano_monitor.watchdog.findings.recommendations.book import Recommendation
@@ -85,6 +89,11 @@ WASTED_MEMORY = Family("volcano_watchdog_queue_wasted_memory_byte_seconds",
 WASTED_GPU = Family("volcano_watchdog_queue_wasted_gpu_seconds",
                     "Requested minus used GPU-seconds (utilisation-weighted) of the queue's runs finished in the "
                     "last 24 h.", ("queue",))
+QUEUE_COST = Family("volcano_watchdog_queue_cost_total",
+                    "Cost of the queue's runs, every run the ledger holds or held, in `currency` at the configured "
+                    "prices (docs/cost.md), by basis: requested (what the runs held), used, idle (requested - used, "
+                    "per resource, never below 0). Grows as the runs run; a parent queue's children are their own "
+                    "series (sum them in PromQL).", ("queue", "basis", "currency"), COUNTER)
 COLLECTOR_ENABLED = Family("volcano_watchdog_collector_enabled", "1 when the usage collector is configured on.", C)
 COLLECTOR_UP = Family("volcano_watchdog_collector_up",
                       "1 when the enabled collector has succeeded (within 3 intervals, when its interval is known).",
@@ -114,6 +123,7 @@ DEAD_LETTERS = Family("volcano_watchdog_notification_dead_letters",
 
 
 FAMILIES = (ALERTS, REC_CPU, REC_MEMORY, REC_CONFIDENCE, JOB_EFFICIENCY, WASTED_CORE, WASTED_MEMORY, WASTED_GPU,
+            QUEUE_COST,
             COLLECTOR_ENABLED, COLLECTOR_UP, COLLECTOR_LAST_SUCCESS, COLLECTOR_ERRORS, COLLECTOR_SAMPLES,
             DATABASE_UP, READY, BUILD_INFO, LEADER, NOTIFICATIONS, OUTBOX_PENDING, OUTBOX_OLDEST, DEAD_LETTERS,
             CAPABILITY_TARGET, CAPABILITY_UPDATES, OOM_RESUBMISSIONS, JOB_GPU_IDLE, JOB_GPU_STATE, GPU_IDLE_ABORTS,
@@ -182,6 +192,13 @@ def _waste(session: Session, now: datetime) -> str:
         memory.append(WASTED_MEMORY.line((queue,), float(memory_waste or 0)))
         gpu.append(WASTED_GPU.line((queue,), float(gpu_waste or 0)))
     return _section(WASTED_CORE, core) + _section(WASTED_MEMORY, memory) + _section(WASTED_GPU, gpu)
+
+
+def _costs(session: Session, costs: Costs) -> str:
+    lines = [QUEUE_COST.line((queue, basis, costs.currency), amount)
+             for queue, amounts in sorted(queue_cost_totals(session, costs).items())
+             for basis, amount in zip(("requested", "used", "idle"), amounts, strict=True)]
+    return _section(QUEUE_COST, lines)
 
 
 def _recommendations(recommendations: list[Recommendation]) -> str:
@@ -279,12 +296,13 @@ class RecommendationCache:
 
 
 def render_metrics(session: Session, health: Health, now: datetime,
-                   recommendations: list[Recommendation] | None = None) -> bytes:
-    """The whole /metrics body. `recommendations` None leaves their families out (not computed yet)."""
+                   recommendations: list[Recommendation] | None = None, costs: Costs | None = None) -> bytes:
+    """The whole /metrics body. `recommendations` None leaves their families out (not computed yet); `costs`:
+    the prices of the cost counters (None: no prices)."""
     started = time.perf_counter()
     parts: list[str] = []
     try:
-        parts += [_alerts(session), _efficiency(session, now), _waste(session, now)]
+        parts += [_alerts(session), _efficiency(session, now), _waste(session, now), _costs(session, costs or Costs())]
         database_up = 1
     except SQLAlchemyError as exc:
         session.rollback()

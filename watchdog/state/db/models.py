@@ -115,6 +115,18 @@ class JobRun(Base):
     updated_at: Mapped[datetime]
 
 
+class CostRetired(Base):
+    """The cost of ledger rows retention removed, per queue and basis, so the cost counters on /metrics
+    (`volcano_watchdog_queue_cost_total`: these plus the ledger's) never go down."""
+
+    __tablename__ = "cost_retired"
+
+    queue: Mapped[str] = mapped_column(Name, primary_key=True)
+    requested: Mapped[float] = mapped_column(Float, default=0.0)
+    used: Mapped[float] = mapped_column(Float, default=0.0)
+    idle: Mapped[float] = mapped_column(Float, default=0.0)
+
+
 class _RollupColumns:
     """What a rollup row holds of one container over one bucket (shared by both resolutions)."""
 

@@ -8,6 +8,9 @@ resource-seconds, priced by each pod's node (watchdog.state.prices), and `queue_
 a report rolls children into their parent queue. Existing rows keep everything and start at cost 0
 and an empty path (their queue alone): what they used before prices were configured is not priced
 after the fact, since the node each interval ran on was never stored.
+
+`cost_retired`: the cost of ledger rows retention removes, per queue, so the cost counters on /metrics
+never go down.
 """
 
 from __future__ import annotations
@@ -29,9 +32,18 @@ def upgrade() -> None:
         for name in COSTS:
             batch_op.add_column(sa.Column(name, sa.Float(), server_default="0", nullable=False))
         batch_op.add_column(sa.Column("queue_path", sa.Text(), server_default="", nullable=False))
+    op.create_table(
+        "cost_retired",
+        sa.Column("queue", sa.String(length=253), nullable=False),
+        sa.Column("requested", sa.Float(), nullable=False),
+        sa.Column("used", sa.Float(), nullable=False),
+        sa.Column("idle", sa.Float(), nullable=False),
+        sa.PrimaryKeyConstraint("queue"),
+    )
 
 
 def downgrade() -> None:
+    op.drop_table("cost_retired")
     with op.batch_alter_table("job_runs", schema=None) as batch_op:
         batch_op.drop_column("queue_path")
         for name in reversed(COSTS):
