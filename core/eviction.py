@@ -35,6 +35,9 @@ EVENT_REASONS = frozenset({"Evict", "Preempted", "Evicted"})
 PREEMPTED_BY_UID = re.compile(r"^Preempted by pod ([0-9a-f-]{8,64}) on node")
 PREEMPTED_BY_NAME = re.compile(r"^Preempted by ([^/\s]+)/([^/\s]+) on node")
 SAME_QUEUE_ACTIONS = frozenset({"preempt"})  # Volcano's preempt action picks victims in the preemptor's queue
+# Preemptions (another job took the room), as opposed to evictions for the node (pressure, drain, taints):
+# Volcano's preempt (same queue) and reclaim (another queue) actions, and kube-scheduler preemption.
+PREEMPTION_REASONS = frozenset({"preempt", "reclaim", "PreemptionByScheduler"})
 
 
 def volcano_action(message: str) -> str:

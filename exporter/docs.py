@@ -98,7 +98,7 @@ GROUPS: tuple[tuple[str, tuple[Family, ...]], ...] = (
     ("Jobs and tasks", (*job.FAMILIES, *job.PENDING)),
     ("Pods", (*pod.FAMILIES, *evictions.FAMILIES)),
     ("PodGroups", podgroup.FAMILIES),
-    ("Queues", (*queue.FAMILIES, *queue.COUNTED)),
+    ("Queues", (*queue.FAMILIES, *queue.COUNTED, *queue.WAITING)),
     ("Derived per queue", (*queue.DERIVED, *queue_wait.FAMILIES)),
     ("Queue hierarchy", hierarchy.FAMILIES),
     ("CronJobs", cronjob.FAMILIES),

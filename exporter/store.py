@@ -100,7 +100,7 @@ class ExporterStore:
         # Every PodGroup's (queue, phase label), and their counts per queue: Queue status lacks them.
         self._group_phase: dict[GroupKey, QueuePhase] = {}
         self.podgroup_counts: dict[QueuePhase, int] = defaultdict(int)
-        self.waiting = WaitingJobs(served, self._group_owner)  # volcano_job_pending_reason
+        self.waiting = WaitingJobs(served, self._group_owner, emit_queues)  # volcano_job_pending_reason
         # The queue tree (every shard: each rolls its own pod sums up it) and each queue's allocation.
         self._queue_parents: dict[str, str] = {}
         self._queue_allocated: dict[str, Resources] = {}
@@ -158,7 +158,7 @@ class ExporterStore:
             return
         with self.lock:
             state = self._pod_state.get(_key(event.namespace, event.pod))
-            victim = (event.namespace, state[1].queue) \
+            victim = (event.namespace, state[1].queue, state[0].podgroup, state[0].job_name) \
                 if state is not None and state[0].uid == event.pod_uid else None
             self.evictions.on_event(event, victim, self._preemptor_queue(event))
 
@@ -234,6 +234,8 @@ class ExporterStore:
             else:
                 self._group_owner[group_key] = owner
             self.waiting.on_any_group(group_key, None if event_type == DELETED else group)
+            if event_type == DELETED:
+                self.evictions.forget_group(group_key)
             if same_owner:
                 return
             for pod_key in list(self._group_pods.get(group_key, ())):
@@ -410,7 +412,8 @@ class ExporterStore:
         return b"".join(gzip_stream(self.gzip_chunks()))
 
     def _all_rows(self) -> tuple[Rows, ...]:
-        return (self.jobs, self.waiting.rows, self.waiting.positions, self.podgroups, self.pods, self.queues,
+        return (self.jobs, self.waiting.rows, self.waiting.positions, self.waiting.oldest,
+                self.podgroups, self.pods, self.queues,
                 *self.others.values())
 
     def _derived(self, parts: list[bytes]) -> None:
@@ -428,13 +431,13 @@ class ExporterStore:
         """The histograms and the eviction counter (what this process counted), unless denied."""
         served = self.options.families
         self.ledger.write(out, served.allows)
-        if served.allows(eviction_families.EVICTIONS.name):
-            self.evictions.write(out)
+        self.evictions.write(out, served.allows)
 
     def families(self) -> tuple[Family, ...]:
         """Every family this store can serve (compatibility ones with their flag), denied ones included."""
         return (*job_families.FAMILIES, *job_families.PENDING, *podgroup_families.FAMILIES, *pod_families.FAMILIES,
                 *(compat_families.FAMILIES if self.options.compat_ksm_fork else ()),
-                *queue_families.FAMILIES, *queue_families.COUNTED, *queue_families.DERIVED, *queue_wait.FAMILIES,
+                *queue_families.FAMILIES, *queue_families.COUNTED, *queue_families.WAITING, *queue_families.DERIVED,
+                *queue_wait.FAMILIES,
                 *eviction_families.FAMILIES, *hierarchy.FAMILIES,
                 *(family for families, _ in OTHER_KINDS.values() for family in families))

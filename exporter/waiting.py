@@ -36,6 +36,7 @@ from volcano_monitor.core.pending import (
 from volcano_monitor.core.queueorder import Priorities, PriorityClass, SortKey, sort_key
 from volcano_monitor.exporter.cardinality import FamilyFilter
 from volcano_monitor.exporter.families import job as job_families
+from volcano_monitor.exporter.families import queue as queue_families
 from volcano_monitor.exporter.rows import Rows
 
 GroupKey = tuple[str, str]  # (namespace, podgroup name)
@@ -48,10 +49,14 @@ def _labels(found: Verdict | None) -> Labels | None:
 
 
 class WaitingJobs:
-    def __init__(self, served: FamilyFilter | None, groups: Mapping[GroupKey, object]) -> None:
-        """`groups`: every PodGroup the shard knows of (the store's owners), waiting or not."""
+    def __init__(self, served: FamilyFilter | None, groups: Mapping[GroupKey, object],
+                 emit_queues: bool = True) -> None:
+        """`groups`: every PodGroup the shard knows of (the store's owners), waiting or not. `emit_queues`:
+        this shard renders the per-queue rows (shard 0)."""
         self.rows = Rows((job_families.PENDING_REASON,), served=served)
         self.positions = Rows((job_families.QUEUE_POSITION,), served=served)
+        # volcano_queue_oldest_waiting_job_created_timestamp_seconds, by queue: ranked with the positions
+        self.oldest = Rows(queue_families.WAITING, served=served if emit_queues else FamilyFilter(allow=()))
         self.priorities = Priorities()
         self._queue_waiting: dict[str, dict[GroupKey, SortKey]] = {}  # every waiting PodGroup, by queue
         self._group_queue: dict[GroupKey, str] = {}  # a waiting group -> its queue there
@@ -208,34 +213,48 @@ class WaitingJobs:
         return None
 
     def _rank(self) -> None:
-        """Each marked queue in the scheduler's order; rows rewritten only where the position moved."""
+        """Each marked queue: its oldest waiting job, and its jobs' places in the scheduler's order."""
         dirty, self._dirty_queues = self._dirty_queues, set()
-        if not self.positions.any:
+        if not self.positions.any and not self.oldest.any:
             return
         for queue in dirty:
             members = self._queue_waiting.get(queue, {})
-            shown: set[str] = set()
-            for position, group_key in enumerate(sorted(members, key=members.__getitem__), 1):
-                row = self._row_of(group_key)
-                if row is None:
-                    continue
-                row_key, namespace, job_name = row
-                shown.add(row_key)
-                before = self._placed.get(row_key)
-                if before == (queue, position):
-                    continue
-                if before is not None and before[0] != queue:
-                    self._queue_rows.get(before[0], set()).discard(row_key)
-                self._placed[row_key] = (queue, position)
-                self.positions.put(row_key, (job_families.render_position(namespace, job_name, queue, position),))
-            for row_key in self._queue_rows.get(queue, set()) - shown:
-                if self._placed.get(row_key, ("", 0))[0] == queue:
-                    del self._placed[row_key]
-                    self.positions.delete(row_key)
-            if shown:
-                self._queue_rows[queue] = shown
-            else:
-                self._queue_rows.pop(queue, None)
+            if self.oldest.any:
+                self._show_oldest(queue, members)
+            if self.positions.any:
+                self._rank_queue(queue, members)
+
+    def _show_oldest(self, queue: str, members: Mapping[GroupKey, SortKey]) -> None:
+        created = min((key[1] for key in members.values()), default=float("inf"))
+        if created == float("inf"):  # none waits (or none has a creation time)
+            self.oldest.delete(queue)
+        else:
+            self.oldest.put(queue, (queue_families.render_oldest_waiting(queue, created),))
+
+    def _rank_queue(self, queue: str, members: Mapping[GroupKey, SortKey]) -> None:
+        """One queue's positions; rows rewritten only where the position moved."""
+        shown: set[str] = set()
+        for position, group_key in enumerate(sorted(members, key=members.__getitem__), 1):
+            row = self._row_of(group_key)
+            if row is None:
+                continue
+            row_key, namespace, job_name = row
+            shown.add(row_key)
+            before = self._placed.get(row_key)
+            if before == (queue, position):
+                continue
+            if before is not None and before[0] != queue:
+                self._queue_rows.get(before[0], set()).discard(row_key)
+            self._placed[row_key] = (queue, position)
+            self.positions.put(row_key, (job_families.render_position(namespace, job_name, queue, position),))
+        for row_key in self._queue_rows.get(queue, set()) - shown:
+            if self._placed.get(row_key, ("", 0))[0] == queue:
+                del self._placed[row_key]
+                self.positions.delete(row_key)
+        if shown:
+            self._queue_rows[queue] = shown
+        else:
+            self._queue_rows.pop(queue, None)
 
     # ---- internals ---------------------------------------------------------------------------------------
 

@@ -27,7 +27,7 @@ import time
 from collections import deque
 from collections.abc import Callable, Iterator
 
-from volcano_monitor.core.eviction import SAME_QUEUE_ACTIONS, EvictionEvent
+from volcano_monitor.core.eviction import PREEMPTION_REASONS, SAME_QUEUE_ACTIONS, EvictionEvent
 from volcano_monitor.core.exposition import COUNTER, Family
 from volcano_monitor.core.podview import Pod
 
@@ -36,14 +36,22 @@ EVICTIONS = Family("volcano_pod_evictions_total",
                    "action: preempt, reclaim, ...; else Kubernetes' DisruptionTarget reason) and the preemptor's "
                    "queue where known; only evictions after this exporter process started.",
                    ("namespace", "queue", "reason", "preemptor_queue"), type=COUNTER)
-FAMILIES = (EVICTIONS,)
+JOB_PREEMPTED = Family(
+    "volcano_job_preempted_pods",
+    "Pods of the job preempted (Volcano's preempt or reclaim action, or kube-scheduler preemption; not evictions "
+    "for the node's sake), each pod once, since this exporter process started. A gauge, so that one preemption "
+    "can alert where a counter's rate would miss it. The series lasts while the job's PodGroup exists; with "
+    "shards, each counts its own pods: sum across replicas. job_name is the PodGroup's name for pods of other "
+    "operators.", ("namespace", "job_name", "queue"))
+FAMILIES = (EVICTIONS, JOB_PREEMPTED)
 
 KEEP_SECONDS = 2 * 3600.0
 RECENT_SECONDS = 600.0
 RECENT_MAX = 20_000  # ~2.6 MB of deleted pods at most (~130 B each)
 
 Key = tuple[str, str, str, str]  # namespace, queue, reason, preemptor queue
-Place = tuple[str, str]  # namespace, queue: where an evicted pod counts
+Place = tuple[str, str, str, str]  # namespace, queue, podgroup, job name: where an evicted pod counts
+GroupKey = tuple[str, str]  # namespace, podgroup
 
 
 class DeletedPods:
@@ -63,7 +71,7 @@ class DeletedPods:
         self.newer: dict[str, Place] = {}
         self.older: dict[str, Place] = {}
         self._newer_since = now
-        self._places: dict[Place, Place] = {}  # one tuple per namespace and queue, shared by the newer table's pods
+        self._places: dict[Place, Place] = {}  # one tuple per job, shared by the newer table's pods
 
     def add(self, uid: str, place: Place, now: float) -> None:
         self.prune(now)
@@ -109,6 +117,9 @@ class Evictions:
         self.counted: dict[str, float | None] = {}  # pod UID -> forget-at (None while the pod exists)
         self._expiring: deque[tuple[float, str]] = deque()
         self.recent = DeletedPods(RECENT_SECONDS, RECENT_MAX, clock())  # for Events that come after
+        # volcano_job_preempted_pods, by PodGroup: (job name, queue, count) and the rendered line
+        self.preempted: dict[GroupKey, tuple[str, str, int]] = {}
+        self.preempted_text: dict[GroupKey, bytes] = {}
 
     def on_pod(self, pod: Pod, queue: str, previous: Pod | None, deleted: bool) -> None:
         """A pod event (its attribution's `queue`), with the version this process held before, if any."""
@@ -118,13 +129,14 @@ class Evictions:
                 previous is not None and previous.uid == pod.uid and not previous.disruption)
             if newer:
                 preemptor = queue if pod.disruption in SAME_QUEUE_ACTIONS else ""
-                self._count(pod.uid, (pod.namespace, queue, pod.disruption, preemptor))
+                self._count(pod.uid, (pod.namespace, queue, pod.disruption, preemptor),
+                            (pod.namespace, queue, pod.podgroup, pod.job_name))
         if deleted and pod.uid:
             now = self.clock()
             if pod.uid in self.counted:
                 self.counted[pod.uid] = now + KEEP_SECONDS
                 self._expiring.append((now + KEEP_SECONDS, pod.uid))
-            self.recent.add(pod.uid, (pod.namespace, queue), now)
+            self.recent.add(pod.uid, (pod.namespace, queue, pod.podgroup, pod.job_name), now)
 
     def on_event(self, event: EvictionEvent, victim: Place | None, preemptor_queue: str) -> bool:
         """An eviction Event; `victim` is where the exporter holds the pod (None: look among the recently
@@ -136,21 +148,33 @@ class Evictions:
             return False
         if event.pod_uid in self.counted or event.at is None or event.at <= self.observe_since:
             return True
-        namespace, queue = victim
+        namespace, queue = victim[:2]
         if event.reason in SAME_QUEUE_ACTIONS:
             preemptor_queue = queue
-        self._count(event.pod_uid, (namespace, queue, event.reason, preemptor_queue))
+        self._count(event.pod_uid, (namespace, queue, event.reason, preemptor_queue), victim)
         if event.pod_uid in self.recent:  # already gone: forget it in time
             forget_at = self.clock() + KEEP_SECONDS
             self.counted[event.pod_uid] = forget_at
             self._expiring.append((forget_at, event.pod_uid))
         return True
 
-    def _count(self, uid: str, key: Key) -> None:
+    def _count(self, uid: str, key: Key, place: Place) -> None:
         self.counted[uid] = None
         n = self.counts[key] = self.counts.get(key, 0) + 1
         self.text[key] = EVICTIONS.line(key, n).encode()
         self.version += 1
+        namespace, queue, podgroup, job_name = place
+        if key[2] in PREEMPTION_REASONS and podgroup:
+            group = (namespace, podgroup)
+            job_name, queue, before = self.preempted.get(group, (job_name or podgroup, queue, 0))
+            self.preempted[group] = (job_name, queue, before + 1)
+            self.preempted_text[group] = JOB_PREEMPTED.line((namespace, job_name, queue), before + 1).encode()
+
+    def forget_group(self, group: GroupKey) -> None:
+        """The PodGroup is gone (every shard sees it): its job's preemption count goes with it."""
+        if self.preempted.pop(group, None) is not None:
+            del self.preempted_text[group]
+            self.version += 1
 
     def _prune(self) -> None:
         now = self.clock()
@@ -160,7 +184,10 @@ class Evictions:
                 del self.counted[uid]
         self.recent.prune(now)
 
-    def write(self, out: list[bytes]) -> None:
-        if self.text:
+    def write(self, out: list[bytes], allows: Callable[[str], bool]) -> None:
+        if self.text and allows(EVICTIONS.name):
             out.append(EVICTIONS.header.encode())
             out.extend(self.text[key] for key in sorted(self.text))
+        if self.preempted_text and allows(JOB_PREEMPTED.name):
+            out.append(JOB_PREEMPTED.header.encode())
+            out.extend(self.preempted_text[group] for group in sorted(self.preempted_text))

@@ -36,6 +36,14 @@ PODGROUPS = Family("volcano_queue_status_podgroups",
                    ("queue", "phase"))
 COUNTED = (PODGROUPS,)
 
+# Kept by exporter.waiting from the waiting PodGroups (every shard keeps them all), emitted by shard 0.
+OLDEST_WAITING = Family(
+    "volcano_queue_oldest_waiting_job_created_timestamp_seconds",
+    "Creation time of the PodGroup of the queue's longest-waiting job (a Volcano Job or another operator's "
+    "PodGroup that has not started); `time() - this` is how long the oldest one has waited (Kueue's starvation "
+    "signal). A timestamp rather than an age, so that it is exact at any scrape. Absent while none waits.", Q)
+WAITING = (OLDEST_WAITING,)
+
 # Derived from pods and jobs, updated incrementally on every event.
 POD_REQUESTS = Family("volcano_queue_pod_requests",
                       "Sum of the requests of the Queue's pending / running pods (per exporter shard).",
@@ -43,6 +51,10 @@ POD_REQUESTS = Family("volcano_queue_pod_requests",
 JOBS = Family("volcano_queue_jobs", "Number of Volcano Jobs in the Queue by phase (per exporter shard).",
               ("queue", "phase"))
 DERIVED = (POD_REQUESTS, JOBS)
+
+
+def render_oldest_waiting(queue: str, created: float) -> str:
+    return OLDEST_WAITING.line((queue,), created)
 
 
 def render(queue: Queue) -> tuple[str, ...]:
