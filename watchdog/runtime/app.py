@@ -33,6 +33,7 @@ from volcano_monitor.watchdog.actions.capability.store import CapabilityChange
 from volcano_monitor.watchdog.actions.notify.outbox import Outbox
 from volcano_monitor.watchdog.actions.notify.sender import Leader, Notifier
 from volcano_monitor.watchdog.config import Settings
+from volcano_monitor.watchdog.findings.detectors.budget import BudgetDetector
 from volcano_monitor.watchdog.findings.detectors.failure import FailureDetector
 from volcano_monitor.watchdog.findings.detectors.gang import GangDetector
 from volcano_monitor.watchdog.findings.detectors.gpuidle import GpuIdleDetector
@@ -102,7 +103,8 @@ class Watchdog:
                                                               self.index.live_run_uids,
                                                               synced=self.index_synced),
                                      stranded=self.stranded, hot=self.hot, nodes=self.nodes,
-                                     nodes_known=self._nodes_known)
+                                     nodes_known=self._nodes_known,
+                                     budget=BudgetDetector(settings.costs) if settings.costs.budgets else None)
         self.alerts = AlertBook()
         self.observer = Observer(self.index, self.detectors.failures, self.detectors.gangs, queues, self.notes,
                                  self.recorder, self.histograms, clock,

@@ -25,6 +25,7 @@ from volcano_monitor.watchdog.actions.notify.message import AlertItem, rfc3339
 from volcano_monitor.watchdog.actions.notify.outbox import NOTICE_LABEL, Outbox, forget_delivered
 from volcano_monitor.watchdog.actions.notify.sender import Notifier
 from volcano_monitor.watchdog.config import Settings
+from volcano_monitor.watchdog.findings.detectors.budget import BudgetDetector
 from volcano_monitor.watchdog.findings.detectors.failure import FailureDetector
 from volcano_monitor.watchdog.findings.detectors.gang import GangDetector
 from volcano_monitor.watchdog.findings.detectors.gpuidle import GpuIdleDetector
@@ -76,6 +77,7 @@ class DetectorSet:
     hot: NodeHotDetector | None
     nodes: NodeTable  # what the node detectors read
     nodes_known: Callable[[], bool]  # the Node informer and every pod list are in (see periodic)
+    budget: BudgetDetector | None = None  # None without costs.budgets
 
 
 class Tasks:
@@ -130,6 +132,8 @@ class Tasks:
                 self._round(NodeHotDetector.KINDS, found.hot.check(ts), session, now)
         elif task == "waste":
             self._round(WasteDetector.KINDS, found.waste.check(session, now), session, now)
+            if found.budget is not None:  # from the ledger, like waste, at its pace
+                self._round(BudgetDetector.KINDS, found.budget.check(session, now), session, now)
         elif task == "reconcile":  # after the first full sync: what was deleted while we were down
             self.record(self.alerts.resolve_missing(FailureDetector.KINDS, found.failures.active(), session, now),
                         session, now)

@@ -7,6 +7,10 @@ the node its pods ran on: `node_pools` (the first whose `node_selector` matches 
 replace the base prices they name, then `gpu_models` (the Node label `nvidia.com/gpu.product` that GPU
 feature discovery sets) replace the price of a GPU on nodes of that model.
 
+`budgets`: a queue (its children included) may spend `amount` per week (from Monday 00:00 UTC) or
+month (from the 1st, 00:00 UTC) on the requested basis; BudgetForecast fires when the period's rate so
+far would pass it before the period ends, BudgetExceeded when it has (watchdog.findings.detectors.budget).
+
 Every price is per hour and must be a finite number >= 0: a negative or non-numeric price, an unknown
 resource name or an unknown key is one line naming the key, and the CLI exits 2.
 """
@@ -15,7 +19,7 @@ from __future__ import annotations
 
 import math
 import re
-from typing import Annotated, Any
+from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, field_validator
 
@@ -75,6 +79,26 @@ class NodePool(BaseModel):
         return check_prices(value)
 
 
+class Budget(BaseModel):
+    """What a queue and its children may spend per period (requested basis)."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    queue: str = Field(min_length=1, description="The queue (its children count in it).")
+    period: Literal["week", "month"] = Field(description="week (from Monday 00:00 UTC) or month (from the 1st).")
+    amount: Price = Field(description="The most the queue may spend in one period, in `costs.currency`.")
+    forecast_after_seconds: float = Field(
+        default=3600.0, ge=0,
+        description="BudgetForecast extrapolates only after this much of the period (an early burst is no rate).")
+
+    @field_validator("amount")
+    @classmethod
+    def _amount(cls, value: float) -> float:
+        if not math.isfinite(value) or value <= 0:
+            raise ValueError(f"a budget must be a finite number > 0 (got {value!r})")
+        return value
+
+
 class Costs(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
@@ -91,6 +115,19 @@ class Costs(BaseModel):
         default_factory=list,
         description="Node pools: [{node_selector: {label: value}, prices: {...}}]; the first whose selector "
                     "matches a node's labels replaces the prices it names there.")
+
+    budgets: list[Budget] = Field(
+        default_factory=list,
+        description="[{queue, period: week or month, amount}]: BudgetForecast and BudgetExceeded per queue and period.")
+
+    @field_validator("budgets")
+    @classmethod
+    def _one_budget_per_queue_and_period(cls, value: list[Budget]) -> list[Budget]:
+        seen = [(b.queue, b.period) for b in value]
+        for queue, period in seen:
+            if seen.count((queue, period)) > 1:
+                raise ValueError(f"queue {queue!r} has two {period}ly budgets")
+        return value
 
     @field_validator("currency")
     @classmethod

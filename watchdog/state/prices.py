@@ -32,7 +32,7 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
-from sqlalchemy import ColumnElement, Connection, case, func, select
+from sqlalchemy import ColumnElement, Connection, and_, case, func, or_, select
 from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.orm import Session
 
@@ -200,3 +200,16 @@ def queue_cost_totals(session: Session, costs: Costs) -> dict[str, tuple[float, 
         have = totals.get(row.queue, (0.0, 0.0, 0.0))
         totals[row.queue] = (have[0] + row.requested, have[1] + row.used, have[2] + row.idle)
     return totals
+
+
+def queue_period_cost(session: Session, costs: Costs, queue: str, since: datetime, until: datetime) -> float:
+    """The requested-basis cost of `queue` and its children over [since, until), as a report counts it: the
+    runs that ended in it, and those still running at its end that started before it (their cost so far)."""
+    r = JobRun
+    dialect = session.get_bind().dialect.name
+    end = func.coalesce(r.finished_at, r.deleted_at)
+    started = func.coalesce(r.started_at, r.created_at)
+    in_tree = or_(r.queue == queue, r.queue_path.like(f"{queue}/%"), r.queue_path.like(f"%/{queue}/%"))
+    in_period = or_(and_(end >= since, end < until), and_(end.is_(None), started < until))
+    total = session.scalar(select(cost_sums(dialect, costs)[0]).where(in_tree, in_period))
+    return float(total or 0.0)

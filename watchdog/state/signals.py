@@ -16,6 +16,8 @@ from datetime import datetime
 from typing import Any
 
 __all__ = [
+    "BUDGET_EXCEEDED",
+    "BUDGET_FORECAST",
     "GANG_UNSCHEDULABLE",
     "GPU_STRANDED",
     "JOB_FAILED",
@@ -46,6 +48,8 @@ OVER_REQUESTED = "OverRequested"
 QUEUE_STARVED = "QueueStarved"
 GPU_STRANDED = "GpuStranded"  # periodic, per node: watchdog.findings.detectors.stranded
 NODE_HOT = "NodeHot"  # periodic, per node: watchdog.findings.detectors.hot
+BUDGET_FORECAST = "BudgetForecast"  # periodic, per queue and period: watchdog.findings.detectors.budget
+BUDGET_EXCEEDED = "BudgetExceeded"
 
 SEVERITIES = ("critical", "warning", "info")
 
