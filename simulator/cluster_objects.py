@@ -106,6 +106,12 @@ def namespace_object(name: str, created: float) -> Obj:
             "spec": {"finalizers": ["kubernetes"]}, "status": {"phase": "Active"}}
 
 
+def priority_class_object(name: str, value: int, created: float) -> Obj:
+    return {"apiVersion": "scheduling.k8s.io/v1", "kind": "PriorityClass",
+            "metadata": {"name": name, "creationTimestamp": rfc3339(created)},
+            "value": value, "globalDefault": False, "preemptionPolicy": "PreemptLowerPriority"}
+
+
 def event_object(name: str, namespace: str, involved: Obj, kind: str, reason: str, message: str,
                  component: str, first: float, last: float, count: int, host: str | None = None) -> Obj:
     source: Obj = {"component": component}

@@ -28,11 +28,17 @@ from typing import Any
 
 from volcano_monitor.simulator import extras
 from volcano_monitor.simulator.bulk import populate
-from volcano_monitor.simulator.cluster_objects import namespace_object, node_object, queue_object
+from volcano_monitor.simulator.cluster_objects import (
+    namespace_object,
+    node_object,
+    priority_class_object,
+    queue_object,
+)
 from volcano_monitor.simulator.commands import consume
 from volcano_monitor.simulator.controllers import Controllers
 from volcano_monitor.simulator.resources import COMMANDS, JOBS, NAMESPACES, NODES, PODS, QUEUES, ResourceType
-from volcano_monitor.simulator.scenario import SCENARIOS
+from volcano_monitor.simulator.resources import PRIORITY_CLASSES as PRIORITY_CLASS_TYPE
+from volcano_monitor.simulator.scenario import PRIORITY_CLASSES, SCENARIOS
 from volcano_monitor.simulator.state import make_node
 from volcano_monitor.simulator.store import Store, WatchEvent
 from volcano_monitor.simulator.usage import render_prometheus
@@ -65,6 +71,8 @@ class Driver(Controllers):
         self.now = self.started_at = self.clock()
         for ns in self.scenario.namespaces:
             self.store.upsert(NAMESPACES, namespace_object(ns, self.now))
+        for name, value in PRIORITY_CLASSES.items():  # the classes the workloads name, as a cluster would have
+            self.store.upsert(PRIORITY_CLASS_TYPE, priority_class_object(name, value, self.now))
         for spec in self.scenario.nodes:
             node = make_node(spec)
             self.nodes[spec.name] = node

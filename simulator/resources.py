@@ -62,6 +62,10 @@ HYPERNODES = ResourceType("topology.volcano.sh", "v1alpha1", "hypernodes", "Hype
 CRONJOBS = ResourceType("batch.volcano.sh", "v1alpha1", "cronjobs", "CronJob", True, "cronjob",
                         ("cronvcjob", "cronvj"), True)
 
+# Cluster-scoped, read by the exporter and the watchdog for Volcano's job order (core.queueorder).
+PRIORITY_CLASSES = ResourceType("scheduling.k8s.io", "v1", "priorityclasses", "PriorityClass", False, "priorityclass",
+                                ("pc",))
+
 # What the simulator serves unless told a Volcano release (`--volcano-release`).
 BASE_TYPES: tuple[ResourceType, ...] = (
     NAMESPACES,
@@ -75,6 +79,7 @@ BASE_TYPES: tuple[ResourceType, ...] = (
     NODE_METRICS,
     LEASES,
     COMMANDS,
+    PRIORITY_CLASSES,
 )
 RELEASE_TYPES: tuple[ResourceType, ...] = (JOBFLOWS, HYPERNODES, CRONJOBS)
 ALL_TYPES: tuple[ResourceType, ...] = BASE_TYPES + RELEASE_TYPES
