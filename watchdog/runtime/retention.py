@@ -42,7 +42,7 @@ from sqlalchemy.sql.elements import ColumnElement
 from volcano_monitor.watchdog.config import Settings
 from volcano_monitor.watchdog.state.db.models import UsageRollup, UsageRollupHourly, UTCDateTime
 from volcano_monitor.watchdog.state.ledger import JOB_RUNS, expired
-from volcano_monitor.watchdog.state.prices import retire_costs
+from volcano_monitor.watchdog.state.prices import delete_runs
 
 log = logging.getLogger(__name__)
 
@@ -207,14 +207,10 @@ def run_retention(engine: Engine, settings: Settings, now: datetime,
         counts["usage_rollups_downsampled"] = chunks.run(downsample)
     def retiring(connection: Any) -> int:
         """Ledger rows: their cost moves into cost_retired in the chunk that deletes them (the counters on
-        /metrics never go down); the ids are picked once, so both statements see the same rows."""
+        /metrics never go down)."""
         ids = list(connection.execute(select(JOB_RUNS.c.id).where(conditions["job_runs"][1])
                                       .limit(settings.retention.chunk_rows)).scalars())
-        if not ids:
-            return 0
-        retire_costs(connection, ids, settings.costs)
-        return max(cast(CursorResult[Any], connection.execute(delete(JOB_RUNS).where(JOB_RUNS.c.id.in_(ids))))
-                   .rowcount, 0)
+        return delete_runs(connection, ids, settings.costs) if ids else 0
 
     for name in ("usage_rollups_hourly", "job_runs", "alerts"):
         counts[name] = 0 if chunks.stopped else chunks.run(retiring if name == "job_runs" else deleting(name))

@@ -42,7 +42,7 @@ from volcano_monitor.core.model import Job, PodGroup, Resources, res_get
 from volcano_monitor.watchdog.runtime.settings import Retention
 from volcano_monitor.watchdog.state.cost_settings import Costs
 from volcano_monitor.watchdog.state.db.models import Alert, JobRun, UsageRollup, UsageRollupHourly
-from volcano_monitor.watchdog.state.prices import retire_costs
+from volcano_monitor.watchdog.state.prices import delete_runs
 from volcano_monitor.watchdog.state.workload import workload_name
 
 log = logging.getLogger(__name__)
@@ -240,9 +240,9 @@ def enforce_retention(session: Session, settings: Retention, now: datetime,
     ledger rows it removes moves into `cost_retired` first, at `costs`' prices). Fine for
     small databases and tests; at scale (millions of rollups a day) use `watchdog.runtime.retention.run_retention`
     on a thread of its own, which removes the same rows in short chunks (and downsamples)."""
-    conditions = expired(settings, now)
-    retire_costs(session, conditions["job_runs"][1], costs or Costs())
-    counts = {name: deleted_rows(session, delete(table).where(where)) for name, (table, where) in conditions.items()}
+    counts = {name: delete_runs(session, where, costs or Costs()) if table is JOB_RUNS
+              else deleted_rows(session, delete(table).where(where))
+              for name, (table, where) in expired(settings, now).items()}
     if any(counts.values()):
         log.info("retention removed %s", ", ".join(f"{n} {table}" for table, n in counts.items()))
     return counts

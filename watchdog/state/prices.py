@@ -22,7 +22,7 @@ per hour in the settings (`costs:`), per second here.
 
 The same definition in SQL (`cost_sums`), for the /metrics counters, which sum the whole ledger by
 queue; retention moves the cost of the rows it removes into `cost_retired` in the transaction that
-removes them (`retire_costs`), so ledger + retired never goes down.
+removes them (`delete_runs`), so ledger + retired never goes down.
 """
 
 from __future__ import annotations
@@ -32,7 +32,7 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
-from sqlalchemy import ColumnElement, Connection, and_, case, func, or_, select
+from sqlalchemy import ColumnElement, Connection, and_, case, delete, func, or_, select
 from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.orm import Session
 
@@ -173,20 +173,32 @@ def cost_sums(dialect: str, costs: Costs) -> tuple[Any, Any, Any]:
             func.sum(idle(cpu, r.cost_cpu_used) + idle(memory, r.cost_memory_used) + idle(gpu, r.cost_gpu_used)))
 
 
-def retire_costs(session: Session | Connection, where: ColumnElement[bool] | Sequence[int], costs: Costs) -> None:
-    """Add the cost of the job_runs rows about to be deleted (`where`, or their ids) to `cost_retired`, in the
-    caller's transaction (the one that deletes them)."""
+def delete_runs(session: Session | Connection, where: ColumnElement[bool] | Sequence[int], costs: Costs) -> int:
+    """Delete the job_runs rows `where` selects (or with these ids) and add their cost to `cost_retired`, in
+    the caller's transaction; the rows deleted. DELETE ... RETURNING: what is retired is exactly what this
+    statement deleted, so two retention passes racing (a leader handing over) cannot retire a run twice."""
     condition = JobRun.id.in_(list(where)) if isinstance(where, Sequence) else where
     dialect = session.dialect.name if isinstance(session, Connection) else session.get_bind().dialect.name
-    sums = session.execute(select(JobRun.queue, *cost_sums(dialect, costs)).where(condition)
-                           .group_by(JobRun.queue)).all()
+    r = JobRun
+    gone = session.execute(delete(r).where(condition).returning(
+        r.queue, r.started_at, r.finished_at, r.deleted_at, r.requested_cpu_cores, r.requested_memory_bytes,
+        r.requested_gpus, r.cpu_core_seconds_requested, r.cpu_core_seconds_used, r.memory_byte_seconds_requested,
+        r.memory_byte_seconds_used, r.gpu_seconds_requested, r.gpu_seconds_used, r.cost_cpu_used,
+        r.cost_cpu_requested, r.cost_memory_used, r.cost_memory_requested, r.cost_gpu_used,
+        r.cost_gpu_requested).execution_options(synchronize_session=False)).all()
+    sums: dict[str, list[float]] = {}
+    for run in gone:
+        priced = run_cost(run, costs)
+        have = sums.setdefault(run.queue, [0.0, 0.0, 0.0])
+        for i, basis in enumerate(BASES):
+            have[i] += priced.total(basis)
     table: Any = CostRetired.__table__
     insert = (postgresql.insert if dialect == "postgresql" else sqlite.insert)(table)
     statement = insert.on_conflict_do_update(index_elements=[table.c.queue], set_={
-        name: table.c[name] + insert.excluded[name] for name in ("requested", "used", "idle")})
-    for queue, requested, used, idle in sums:
-        session.execute(statement, {"queue": queue, "requested": float(requested or 0), "used": float(used or 0),
-                                    "idle": float(idle or 0)})
+        name: table.c[name] + insert.excluded[name] for name in BASES})
+    for queue, (requested, used, idle) in sums.items():
+        session.execute(statement, {"queue": queue, "requested": requested, "used": used, "idle": idle})
+    return len(gone)
 
 
 def queue_cost_totals(session: Session, costs: Costs) -> dict[str, tuple[float, float, float]]:

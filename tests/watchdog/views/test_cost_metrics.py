@@ -77,3 +77,20 @@ def test_the_metrics_endpoint_uses_the_configured_prices(engine: Engine) -> None
     found = pick(parse(client.get("/metrics").text), "volcano_watchdog_queue_cost_total")
     assert {dict(k)["currency"] for k in found} == {"EUR"}
     assert found and any(v > 0 for v in found.values())
+
+
+def test_a_run_is_retired_once_however_many_passes_delete_it(engine: Engine) -> None:
+    """Two retention passes picking the same ids (a leader handing over mid-pass): the second deletes
+    nothing, so it retires nothing."""
+    from volcano_monitor.watchdog.state.prices import delete_runs
+
+    insert(engine, make_rows(), [])
+    before = counters(engine)
+    with Session(engine) as session:
+        ids = list(session.scalars(select(JobRun.id).order_by(JobRun.id).limit(30)))
+    for expected_deleted in (30, 0):
+        with Session(engine) as session, session.begin():
+            assert delete_runs(session, ids, COSTS) == expected_deleted
+    after = counters(engine)
+    for key, value in before.items():
+        assert after[key] == pytest.approx(value, rel=1e-9), key
