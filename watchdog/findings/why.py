@@ -4,7 +4,8 @@ The explanation is `core.pending`'s, the same the exporter puts on `volcano_job_
 computed on request from `ClusterIndex` (the Jobs, PodGroups and Queues the worker has observed): a
 request costs one explanation, nothing is kept. With it, the job's place in its queue (`position`, and
 the jobs `ahead` with their priority and gang request) in the order Volcano v1.12's scheduler takes a
-queue's jobs (`core.queueorder`; the exporter's `volcano_job_queue_position` says the same).
+queue's jobs (`core.queueorder`; the exporter's `volcano_job_queue_position` says the same), and its
+expected start from the last round of `findings.expected` (`expected_start`, its low/high bounds, `waits_for`).
 Read-only and public like `/api/v1/jobs`: it names queues and jobs and their requests, nothing of the
 jobs' data.
 """
@@ -12,6 +13,7 @@ jobs' data.
 from __future__ import annotations
 
 from collections.abc import Callable
+from datetime import UTC, datetime
 from typing import Annotated
 
 from fastapi import APIRouter, HTTPException, Path
@@ -19,9 +21,15 @@ from pydantic import BaseModel
 
 from volcano_monitor.core.model import res_dict
 from volcano_monitor.core.pending import REASONS
+from volcano_monitor.watchdog.findings.estimates import Estimate
 from volcano_monitor.watchdog.state.cluster import AHEAD_LIMIT, QueuePlace, WhyPending
 
 Explain = Callable[[str], WhyPending | None]  # ClusterIndex.why
+Expected = Callable[[str, str], Estimate | None]  # ExpectedStarts.get(namespace, job name)
+
+
+def no_estimate(namespace: str, job_name: str) -> Estimate | None:
+    return None
 
 
 class ErrorOut(BaseModel):
@@ -59,6 +67,13 @@ class WhyOut(BaseModel):
     queue_waiting: int | None = None  # waiting jobs in the queue, this one included
     priority: int | None = None
     ahead: list[AheadOut] = []  # in the scheduler's order; at most the first 100 of position - 1
+    # When it is expected to start (the last estimate, docs/watchdog.md#expected-start), null without one.
+    expected_start: datetime | None = None
+    expected_start_low: datetime | None = None
+    expected_start_high: datetime | None = None
+    # What the start waits for: "when research/llama-pretrain ends", "room now"; with no estimate, why there
+    # is none (e.g. "queue narrow: capability of cpu below the request"); null before the first estimate.
+    waits_for: str | None = None
 
 
 DESCRIPTION = (
@@ -69,6 +84,11 @@ DESCRIPTION = (
     "`priorityClassName`; none or an unknown one: the globalDefault class's value, else 0), then the older "
     "PodGroup, then `namespace/podgroup name`. A place, not a start order: a job that fits the queue is "
     f"admitted past an earlier one that does not. `ahead` lists at most the first {AHEAD_LIMIT}."
+    + "\n\n`expected_start` (with `expected_start_low` and `expected_start_high`) is when the job is expected "
+    "to start: the queues played forward from the last estimate (at most 30 s old), running jobs ending at "
+    "their workload's median run length from the ledger, and `waits_for` the event it waits for (\"when "
+    "ns/job ends\", or \"room now\"). A job that can never start as the cluster stands has none, and "
+    "`waits_for` says why."
     + "\n\n404 when the watchdog's informers know no live Job or PodGroup with this UID (finished and "
     "deleted runs: `/api/v1/jobs/{uid}`).")
 
@@ -79,7 +99,11 @@ def ahead_out(place: QueuePlace | None) -> list[AheadOut]:
                  priority=a.priority, requests=res_dict(a.min_resources)) for a in place.ahead]
 
 
-def why_out(found: WhyPending) -> WhyOut:
+def stamp(seconds: float | None) -> datetime | None:
+    return None if seconds is None else datetime.fromtimestamp(seconds, UTC)
+
+
+def why_out(found: WhyPending, expected: Estimate | None = None) -> WhyOut:
     why, place = found.explanation, found.place
     if why is None:
         return WhyOut(uid=found.uid, kind=found.kind, namespace=found.namespace, job_name=found.job_name,
@@ -91,12 +115,18 @@ def why_out(found: WhyPending) -> WhyOut:
                   scheduler_message=why.scheduler_message,
                   position=place.position if place is not None else None,
                   queue_waiting=place.waiting if place is not None else None,
-                  priority=place.priority if place is not None else None, ahead=ahead_out(place))
+                  priority=place.priority if place is not None else None, ahead=ahead_out(place),
+                  expected_start=stamp(expected.start) if expected is not None else None,
+                  expected_start_low=stamp(expected.low) if expected is not None else None,
+                  expected_start_high=stamp(expected.high) if expected is not None else None,
+                  waits_for=expected.waits_for if expected is not None else None)
 
 
-def why_router(explain: Explain, synced: Callable[[], bool] = lambda: True) -> APIRouter:
+def why_router(explain: Explain, synced: Callable[[], bool] = lambda: True,
+               expected: Expected = no_estimate) -> APIRouter:
     """`synced`: the index holds every informer's first list (`Watchdog.index_synced`). Before, a job's queue
-    may not be known yet and would read as `queue_missing`: the route answers 503 instead."""
+    may not be known yet and would read as `queue_missing`: the route answers 503 instead. `expected`: the
+    last estimate of a waiting job's start (`ExpectedStarts.get`)."""
     router = APIRouter(tags=["jobs"])
 
     @router.get("/api/v1/jobs/{uid}/why", response_model=WhyOut, description=DESCRIPTION,
@@ -107,6 +137,6 @@ def why_router(explain: Explain, synced: Callable[[], bool] = lambda: True) -> A
         found = explain(uid)
         if found is None:
             raise HTTPException(404, "no such live job or podgroup")
-        return why_out(found)
+        return why_out(found, expected(found.namespace, found.job_name) if found.explanation is not None else None)
 
     return router

@@ -8,6 +8,7 @@ import logging
 import signal
 import socket
 import sys
+import threading
 from collections.abc import Callable, Iterator
 from datetime import UTC, datetime
 
@@ -144,6 +145,7 @@ def run_watchdog(settings: Settings) -> int:
     from volcano_monitor.watchdog.actions.oomscale.api import oom_router, outbox_notice, render_oom_metrics
     from volcano_monitor.watchdog.actions.oomscale.controller import OomScaleUpController
     from volcano_monitor.watchdog.findings.detectors.stranded import render_stranded_metrics
+    from volcano_monitor.watchdog.findings.expected import ExpectedStarts
     from volcano_monitor.watchdog.findings.why import why_router
     from volcano_monitor.watchdog.runtime.app import Watchdog
     from volcano_monitor.watchdog.views.api import create_app
@@ -171,8 +173,12 @@ def run_watchdog(settings: Settings) -> int:
     # The opt-in GPU idle abort (leader only; RBAC create on Volcano Commands only when enabled).
     aborter = GpuIdleAborter(settings.gpu_idle, engine, api, leader, outbox=watchdog.outbox,
                              wake=watchdog.notifier.wake, identity=leader.identity)
+    # Expected starts of waiting jobs: a round every 30 s on a thread of its own (every replica serves /why).
+    expected = ExpectedStarts(watchdog.index, engine, watchdog.nodes, ready=watchdog.index_synced)
+    expected_thread = threading.Thread(target=expected.run, name="watchdog-expected-starts", daemon=True)
     try:
         watchdog.start()
+        expected_thread.start()
         if settings.gpu_idle.abort.enabled:
             aborter.start()
         if settings.capability.enabled:
@@ -212,6 +218,7 @@ def run_watchdog(settings: Settings) -> int:
                 + (render_oom_metrics(oom.count_snapshot) if oom else "")
                 + render_gpu_idle_metrics(watchdog.gpu_idle.snapshot(), aborter.counts(), dcgm_style())
                 + render_stranded_metrics(watchdog.stranded)
+                + expected.render_metrics()
                 + (watchdog.backfiller.render_metrics() if watchdog.backfiller else ""))
 
     health = Health(watchdog.ready, collectors, leader=leader.is_leader, notifications=notifications,
@@ -221,7 +228,8 @@ def run_watchdog(settings: Settings) -> int:
                               identity=settings.leader_election.identity or socket.gethostname())
     app = create_app(engine, settings, health, queues=queues, outbox=watchdog.outbox,
                      wake_notifier=watchdog.notifier.wake, request_made=watchdog.request_made, why=watchdog.index.why,
-                     routers=[why_router(watchdog.index.why, watchdog.index_synced),
+                     expected=expected.get,
+                     routers=[why_router(watchdog.index.why, watchdog.index_synced, expected.get),
                               gpu_idle_router(engine, settings.gpu_idle, watchdog.gpu_idle.snapshot,
                                               leader.is_leader),
                               *([capability_router(engine, capability)] if capability else []),
@@ -240,6 +248,7 @@ def run_watchdog(settings: Settings) -> int:
         if oom is not None:
             oom.stop()
         aborter.stop()
+        expected.stop.set()
         watchdog.stop()
         leader.stop(release=True)
         engine.dispose()

@@ -28,7 +28,7 @@ from volcano_monitor.watchdog.actions.notify.api import add_notification_routes
 from volcano_monitor.watchdog.actions.notify.outbox import Outbox
 from volcano_monitor.watchdog.config import Settings
 from volcano_monitor.watchdog.findings.recommendations import book as recommend
-from volcano_monitor.watchdog.findings.why import Explain
+from volcano_monitor.watchdog.findings.why import Expected, Explain, no_estimate
 from volcano_monitor.watchdog.state.db.models import Alert, JobRun
 from volcano_monitor.watchdog.views.guard import AUTH_RESPONSES, check_writes_guarded, token_guard
 from volcano_monitor.watchdog.views.health import Health, QueueView, utcnow
@@ -98,11 +98,13 @@ def create_app(engine: Engine, settings: Settings, health: Health, clock: Callab
                queues: Callable[[], list[QueueView]] = list, recommendation_ttl_seconds: float = 300.0,
                outbox: Outbox | None = None, wake_notifier: Callable[[], None] = lambda: None,
                routers: Sequence[APIRouter] = (), request_made: Callable[[], None] = lambda: None,
-               request_wait_seconds: float = 5.0, why: Explain = lambda uid: None) -> FastAPI:
+               request_wait_seconds: float = 5.0, why: Explain = lambda uid: None,
+               expected: Expected = no_estimate) -> FastAPI:
     """The watchdog's HTTP app. `outbox`: notifications (the Alertmanager receiver, silences, the
     outbox); `wake_notifier` is called when the receiver enqueued something; `routers`: more read-only
     routes (queue capability); `request_made` tells this replica's worker that a request was stored; `why`:
-    a live job's explanation and queue place (`ClusterIndex.why`), for the job page."""
+    a live job's explanation and queue place (`ClusterIndex.why`), and `expected` its expected start
+    (`ExpectedStarts.get`), for the job page."""
     app = FastAPI(title="volcano-watchdog", version="1",
                   description="Alerts, the job ledger, request recommendations and queue usage of a Volcano cluster.")
     app.add_middleware(JsonBodies)
@@ -237,7 +239,7 @@ def create_app(engine: Engine, settings: Settings, health: Health, clock: Callab
     from volcano_monitor.watchdog.views.ui import ui_router  # the pages use this module's views: import when built
 
     app.include_router(ui_router(engine, settings, clock, queues, require_token, request_made, request_wait_seconds,
-                                 why))
+                                 why, expected))
     app.include_router(writes)
     check_writes_guarded(app, require_token)
     return app

@@ -40,6 +40,7 @@ from volcano_monitor.watchdog.actions.gpu_idle.metrics import (
 from volcano_monitor.watchdog.actions.notify.outbox import outbox_counts
 from volcano_monitor.watchdog.actions.oomscale.api import OOM_RESUBMISSIONS
 from volcano_monitor.watchdog.findings.detectors.stranded import NODE_STRANDED_GPUS
+from volcano_monitor.watchdog.findings.expected import FAMILIES as EXPECTED_START
 from volcano_monitor.watchdog.findings.recommendations import book as recommend
 from volcano_monitor.watchdog.findings.recommendations.backfill import (
     BACKFILL_ERRORS,
@@ -127,7 +128,7 @@ FAMILIES = (ALERTS, REC_CPU, REC_MEMORY, REC_CONFIDENCE, JOB_EFFICIENCY, WASTED_
             COLLECTOR_ENABLED, COLLECTOR_UP, COLLECTOR_LAST_SUCCESS, COLLECTOR_ERRORS, COLLECTOR_SAMPLES,
             DATABASE_UP, READY, BUILD_INFO, LEADER, NOTIFICATIONS, OUTBOX_PENDING, OUTBOX_OLDEST, DEAD_LETTERS,
             CAPABILITY_TARGET, CAPABILITY_UPDATES, OOM_RESUBMISSIONS, JOB_GPU_IDLE, JOB_GPU_STATE, GPU_IDLE_ABORTS,
-            DCGM_LABEL_STYLE, NODE_STRANDED_GPUS,
+            DCGM_LABEL_STYLE, NODE_STRANDED_GPUS, *EXPECTED_START,
             BACKFILL_WORKLOADS, BACKFILL_SAMPLES, BACKFILL_ERRORS)
 
 

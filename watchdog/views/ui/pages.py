@@ -19,13 +19,11 @@ from pydantic import ValidationError
 from sqlalchemy import Engine, func, select
 from sqlalchemy.orm import Session
 
-from volcano_monitor.core.pending import amount_text
 from volcano_monitor.watchdog.actions.capability import store
 from volcano_monitor.watchdog.actions.notify.api import STATES, SilenceIn
 from volcano_monitor.watchdog.config import Settings
 from volcano_monitor.watchdog.findings.recommendations import book as recommend
-from volcano_monitor.watchdog.findings.why import Explain
-from volcano_monitor.watchdog.state.cluster import QueuePlace
+from volcano_monitor.watchdog.findings.why import Expected, Explain, no_estimate
 from volcano_monitor.watchdog.state.db.models import Alert, JobRun, NotificationDelivery, Silence, UsageRollup
 from volcano_monitor.watchdog.views.guard import token_guard
 from volcano_monitor.watchdog.views.health import QueueView
@@ -47,6 +45,7 @@ from volcano_monitor.watchdog.views.ui.html import (
     when,
 )
 from volcano_monitor.watchdog.views.ui.recommendations import section
+from volcano_monitor.watchdog.views.ui.waiting import expected_line, place_line
 
 PAGE = 50
 Text = Annotated[str, Query(max_length=253, pattern=r"^[^\x00]*$")]
@@ -83,28 +82,13 @@ def alert_rows(rows: list[Alert]) -> list[list[str]]:
 ALERT_HEADERS = ("#", "state", "severity", "kind", "job", "queue", "summary", "since", "resolved")
 
 
-def place_line(place: QueuePlace | None) -> str:
-    """"Position 2 of 4 in queue narrow", and the jobs ahead with their priority and gang request."""
-    if place is None:
-        return ""
-    ahead = [f"{esc(a.namespace)}/{esc(a.job_name)} (priority {a.priority}: "
-             + esc(", ".join(f"{name} {amount_text(name, amount)}" for name, amount in a.min_resources
-                             if name != "pods")) + ")" for a in place.ahead]
-    more = place.position - 1 - len(place.ahead)
-    if more > 0:
-        ahead.append(f"{more} more")
-    return (f'<p class="place">Position {place.position} of {place.waiting} in queue '
-            f'{link(qs("/ui/jobs", queue=place.queue), place.queue)}'
-            + (f"; ahead: {'; '.join(ahead)}" if ahead else "") + "</p>")
-
-
 def ui_router(engine: Engine, settings: Settings, clock: Callable[[], datetime],
               queues: Callable[[], list[QueueView]], require_token: Callable[..., None],
               request_made: Callable[[], None] = lambda: None, wait_seconds: float = 5.0,
-              why: Explain = lambda uid: None) -> APIRouter:
+              why: Explain = lambda uid: None, expected: Expected = no_estimate) -> APIRouter:
     """The UI's routes. `require_token`: the API's write guard (the very function, so the app's check
     finds it on every POST); `request_made`, `wait_seconds`: as for the API's resolve; `why`: a live job's
-    place in its queue (`ClusterIndex.why`), on the job page."""
+    place in its queue (`ClusterIndex.why`), on the job page, with `expected`: its expected start."""
     router = APIRouter(include_in_schema=False)
     writes = APIRouter(include_in_schema=False, route_class=FormTokenRoute, dependencies=[Depends(require_token)])
     reader = token_guard(settings, reading=True)
@@ -249,7 +233,9 @@ def ui_router(engine: Engine, settings: Settings, clock: Callable[[], datetime],
         cpu = [(t, u or 0.0, q or 0.0) for t, u, q, _, _, _ in points]
         mem = [(t, (u or 0.0) / 2**30, (q or 0.0) / 2**30) for t, _, _, u, q, _ in points]
         live = why(uid)
-        body = place_line(live.place if live is not None else None) + facts
+        body = place_line(live.place if live is not None else None) + (
+            expected_line(expected(live.namespace, live.job_name))
+            if live is not None and live.explanation is not None else "") + facts
         body += "<h2>Usage vs request</h2>" + chart(cpu, "cores", "CPU") + chart(mem, "GiB", "Memory")
         if run.requested_gpus > 0:  # DCGM utilisation, mean over the job's GPU containers, against 100 %
             gpu = [(t, float(g), 100.0) for t, *_, g in points if g is not None]
