@@ -257,6 +257,17 @@ WAIT_WORKLOADS = (
            start_after=10, priority_class=("low-priority", "high-priority")[i % 2]) for i in range(30)),
 )
 
+# `eta-mixed`: recurring jobs of three priorities and sizes share a 4-cpu queue (`mixed`), for the expected-start
+# estimate (bench/eta.py): 12 workloads arrive 20 s apart, run 1-5 min, and come back 2 min after they finish,
+# so the queue stays saturated (waits of 10-20 min) and high-priority arrivals keep overtaking waiting jobs.
+MIXED_QUEUES = (QueueSpec("mixed", capability={"cpu": "4", "memory": "64Gi"}),)
+MIXED_WORKLOADS = tuple(
+    Workload(f"mix-{i:02d}", "default", "mixed",
+             (_busybox("main", 1, cpu=str(1 + i % 3), runtime=60 + (i * 97) % 241),),
+             "a recurring job of the mixed-priority queue", start_after=20 * i, pause=120,
+             priority_class=(None, "low-priority", "high-priority")[(i // 2) % 3])
+    for i in range(12))
+
 # `preemption`: one 4-cpu node; a low-priority job holds it, a high-priority job of the same queue arrives
 # and Volcano's preempt action evicts two of the low-priority pods (which are replaced, and wait).
 PREEMPT_NODES = (NodeSpec("small-node-0", 4, 16, instance_type="kwok", system_reserved=False, gpu_taint=False),)
@@ -367,6 +378,8 @@ SCENARIOS: dict[str, Scenario] = {
     ),
     "queue-wait": Scenario("queue-wait", "30 one-cpu jobs queueing behind each other in a 2-cpu queue",
                            ("default",), KWOK_NODES, RECORDED_QUEUES + WAIT_QUEUES, WAIT_WORKLOADS),
+    "eta-mixed": Scenario("eta-mixed", "12 recurring jobs of three priorities and sizes saturating a 4-cpu queue",
+                          ("default",), KWOK_NODES, RECORDED_QUEUES + MIXED_QUEUES, MIXED_WORKLOADS),
     "preemption": Scenario("preemption", "a high-priority job preempts a low-priority one in the same queue",
                            ("default",), PREEMPT_NODES, (*RECORDED_QUEUES, QueueSpec("shared")), PREEMPT_WORKLOADS),
     "oom-scale-up": Scenario("oom-scale-up", "two programs that need twice the memory they ask for; one opts "

@@ -32,7 +32,15 @@ from volcano_monitor.core.exposition import Family
 from volcano_monitor.core.model import Queue, res_dict
 from volcano_monitor.core.pending import MIN_AVAILABLE_ABOVE_PODS, group_waiting
 from volcano_monitor.core.queueorder import sort_key
-from volcano_monitor.watchdog.findings.estimates import Amounts, Durations, Estimate, Running, Waiting, estimate
+from volcano_monitor.watchdog.findings.estimates import (
+    START_LATENCY_SECONDS,
+    Amounts,
+    Durations,
+    Estimate,
+    Running,
+    Waiting,
+    estimate,
+)
 from volcano_monitor.watchdog.state.cluster import ClusterIndex
 from volcano_monitor.watchdog.state.db.models import JobRun
 from volcano_monitor.watchdog.state.nodes import NodeTable
@@ -150,7 +158,7 @@ class ExpectedStarts:
         queues, running, waiting = snapshot(self.index, now)
         nodes = [res_dict(n.allocatable) for n in self.nodes.nodes() if n.ready and not n.unschedulable] \
             if self.nodes is not None else []
-        found = estimate(now, queues, nodes, running, waiting, self.durations)
+        found = estimate(now, queues, nodes, running, waiting, self.durations, start_latency=START_LATENCY_SECONDS)
         result = {(w.namespace, w.name): (w.queue, found[w.uid]) for w in waiting}
         with self.lock:
             self.estimates, self.computed_at = result, now

@@ -21,7 +21,7 @@ from volcano_monitor.core.kube.informer import ADDED
 from volcano_monitor.core.model import parse_job, parse_podgroup, parse_queue
 from volcano_monitor.core.queueorder import parse_priority_class
 from volcano_monitor.watchdog.config import Settings
-from volcano_monitor.watchdog.findings.estimates import Durations
+from volcano_monitor.watchdog.findings.estimates import START_LATENCY_SECONDS, Durations
 from volcano_monitor.watchdog.findings.expected import ExpectedStarts
 from volcano_monitor.watchdog.findings.why import why_router
 from volcano_monitor.watchdog.runtime.app import Watchdog
@@ -79,7 +79,8 @@ def test_why_gives_the_expected_start_and_what_it_waits_for(engine: Engine) -> N
                      routers=[why_router(worker.index.why, expected=expected.get)])
     client = TestClient(app)
     got = client.get("/api/v1/jobs/uid-big/why").json()
-    at = NOW + timedelta(seconds=300)  # median of the runs longer than 100 s (400) - 100 already run
+    # median of the runs longer than 100 s (400) - 100 already run, + the time its pod takes to start
+    at = NOW + timedelta(seconds=300 + START_LATENCY_SECONDS)
     assert datetime.fromisoformat(got["expected_start"]) == at
     assert datetime.fromisoformat(got["expected_start_low"]) == at - timedelta(seconds=50)
     assert datetime.fromisoformat(got["expected_start_high"]) == at + timedelta(seconds=50)
@@ -102,7 +103,7 @@ def test_expected_start_on_metrics_and_the_job_page(engine: Engine) -> None:
     client = TestClient(app)
     series = parse(client.get("/metrics").text)
     key = labels(namespace="ml", job_name="big", queue="narrow")
-    start = (NOW + timedelta(seconds=300)).timestamp()
+    start = (NOW + timedelta(seconds=300 + START_LATENCY_SECONDS)).timestamp()
     name = "volcano_watchdog_job_expected_start"
     assert pick(series, f"{name}_timestamp_seconds") == {key: start}  # not `huge`: it never starts
     assert pick(series, f"{name}_low_timestamp_seconds") == {key: start - 50}
@@ -131,10 +132,13 @@ def test_recorded_queue_order_start_order_is_predicted(engine: Engine) -> None:
         for name in ("holder", "big", "small", "urgent", "plain") for namespace in ("default",) for _ in range(3))
     parse = {"jobs": parse_job, "podgroups": parse_podgroup, "queues": parse_queue}
     admitted: dict[str, float] = {}
+    ran: dict[str, float] = {}  # the first pod of each job running: what the estimate predicts
     estimates: dict[str, dict[str, float]] = {}
     for event in scenario.events:
         if event.what == "pods":
             worker.apply([("pods", event.type, worker.pod_view(event.object))], [])
+            if event.object["status"].get("phase") == "Running":
+                ran.setdefault(event.object["metadata"]["name"].rsplit("-", 2)[0], event.received)
         elif event.what in parse:
             worker.apply([(event.what, event.type, parse[event.what](event.object))], [])
         if event.what != "podgroups":
@@ -146,12 +150,12 @@ def test_recorded_queue_order_start_order_is_predicted(engine: Engine) -> None:
             expected.refresh(event.received)
             estimates[owner] = {name: est.start for (_, name), (_, est) in expected.estimates.items()
                                 if est.start is not None}
-    assert estimates["small"]["small"] == pytest.approx(admitted["small"], abs=1.0)  # at once, beside holder
+    assert estimates["small"]["small"] == pytest.approx(ran["small"], abs=2.0)  # at once, beside holder
     assert estimates["small"]["big"] > admitted["small"] + 5  # big waits though it came first
     latest = estimates["plain"]  # all of big, urgent, plain wait (small runs)
     assert latest["urgent"] == pytest.approx(latest["plain"])  # together, when holder ends
     assert latest["big"] > latest["plain"]  # big after plain, though ahead of it in the queue
     real = sorted(admitted, key=admitted.__getitem__)
     assert real[0] == "holder" and real[1] == "small" and real[-1] == "big"
-    for name in ("urgent", "plain", "big"):  # within a few seconds of the truth
-        assert latest[name] == pytest.approx(admitted[name], abs=3.0), (name, latest[name] - admitted[name])
+    for name in ("urgent", "plain", "big"):  # within a second or two of the truth
+        assert latest[name] == pytest.approx(ran[name], abs=2.0), (name, latest[name] - ran[name])
