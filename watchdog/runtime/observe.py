@@ -36,6 +36,7 @@ from volcano_monitor.watchdog.state.signals import Signal
 __all__ = ["LEDGER_JOB", "LEDGER_PODGROUP", "SIGNALS", "Observer", "Write"]
 
 LEDGER_JOB, LEDGER_PODGROUP, SIGNALS = "ledger_job", "ledger_podgroup", "signals"
+LEDGER_QUEUE = "ledger_queue"  # a queue appeared or moved: its runs' queue_path follows
 # history read from Prometheus, merged into the histograms (watchdog.findings.recommendations.backfill)
 BACKFILL = "backfill"
 
@@ -113,7 +114,10 @@ class Observer:
             self.queues.on_podgroup(event_type, group)
         elif what == "queues":
             q: Queue = obj
+            before = self.index.queues.get(q.name)
             self.index.on_queue(event_type, q)
+            if event_type != DELETED and (before is None or before.parent != q.parent):
+                writes.append(Write(LEDGER_QUEUE, event_type, q.name))
             self.queues.on_queue(event_type, q)
         elif what == "priorityclasses":
             self.index.on_priority_class(event_type, obj)

@@ -180,6 +180,14 @@ class ClusterIndex:
                 queue = self.queues.get(queue.parent)
         return "/".join(reversed(path)) if name else ""
 
+    def queue_paths_under(self, name: str) -> dict[str, str]:
+        """`queue_path` of `name` and of every known queue below it: what a change of `name`'s place in the
+        tree (a new queue, a new parent) changes."""
+        with self.lock:
+            names = list(self.queues)
+        paths = {queue: self.queue_path(queue) for queue in names}
+        return {queue: path for queue, path in paths.items() if name in path.split("/")}
+
     def live_run_uids(self) -> set[str]:
         """UIDs of the runs that exist now: Volcano Jobs, and PodGroups (Kubeflow and other owners)."""
         with self.lock:

@@ -27,7 +27,7 @@ only on a status that reports finished pods: the last such status of the run sta
 from __future__ import annotations
 
 import logging
-from collections.abc import Collection
+from collections.abc import Collection, Mapping
 from datetime import UTC, datetime, timedelta
 from functools import cache
 from typing import Any, cast
@@ -188,6 +188,19 @@ class Ledger:
         statement = _upsert_statement(session.get_bind().dialect.name, keep_times, deleted, finished_pods)
         session.execute(statement, values)
         self.upserts += 1
+
+    def retag_queues(self, session: Session, paths: Mapping[str, str]) -> int:
+        """A queue appeared or moved in the tree: its runs take the path the index knows now, where that is
+        the truth to keep. Open runs (billed to the tree they run under) and runs stored before their queue's
+        ancestors were known (a Job listed before its Queue: the path is the bare name) are retagged; a
+        finished run keeps the tree it finished in. Returns the rows changed."""
+        c, changed = JOB_RUNS.c, 0
+        for queue, path in paths.items():
+            open_run = and_(c.finished_at.is_(None), c.object_deleted.is_(False))
+            result = session.execute(update(JOB_RUNS).where(
+                c.queue == queue, c.queue_path != path, or_(open_run, c.queue_path == queue)).values(queue_path=path))
+            changed += cast(CursorResult[Any], result).rowcount
+        return changed
 
     def mark_gone(self, session: Session, live_uids: Collection[str], now: datetime) -> int:
         """After the informers' first full sync: rows of runs whose object no longer exists (deleted

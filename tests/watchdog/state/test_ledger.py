@@ -10,8 +10,9 @@ from typing import Any
 from sqlalchemy import Engine, column, func, select, table, update
 from sqlalchemy.orm import Session
 
-from volcano_monitor.core.model import Job, PodGroup, parse_job, parse_podgroup
+from volcano_monitor.core.model import Job, PodGroup, Queue, parse_job, parse_podgroup, parse_queue
 from volcano_monitor.watchdog.runtime.settings import Retention
+from volcano_monitor.watchdog.state.cluster import ClusterIndex
 from volcano_monitor.watchdog.state.db.models import Alert, JobRun, UsageRollup
 from volcano_monitor.watchdog.state.ledger import Ledger, efficiency, enforce_retention
 
@@ -306,3 +307,32 @@ def test_migration_0014_keeps_every_run_and_prices_them_from_zero(database_url: 
         assert (run.cpu_core_seconds_requested, run.cost_cpu_requested, run.cost_gpu_used) == (102.0, 0.5, 0.5)
     finally:
         engine.dispose()
+
+
+def _queue(name: str, parent: str | None) -> Queue:
+    spec = {"weight": 1, **({"parent": parent} if parent else {})}
+    return parse_queue({"metadata": {"name": name, "uid": f"q-{name}", "resourceVersion": "1"}, "spec": spec,
+                        "status": {"state": "Open"}})
+
+
+def test_runs_stored_before_their_queue_was_known_take_its_path_when_it_is(engine: Engine) -> None:
+    """A Job listed before its Queue is stored under its bare queue name; once the queue (and a parent that
+    comes later still) is known, open runs and such bare runs take the whole path, so a parent's budget and
+    report count them. A finished run keeps the tree it finished in."""
+    ledger, index = Ledger(), ClusterIndex()
+    with Session(engine) as session, session.begin():
+        ledger.on_job("ADDED", job("Running", uid="open"), session, NOW, index.queue_path("research"))
+        ledger.on_job("ADDED", job("Completed", uid="bare"), session, NOW, index.queue_path("research"))
+        ledger.on_job("ADDED", job("Completed", uid="kept"), session, NOW, "root/old/research")
+    index.on_queue("ADDED", _queue("research", "ml"))  # its parent is not known yet
+    with Session(engine) as session, session.begin():
+        assert ledger.retag_queues(session, index.queue_paths_under("research")) == 2
+    assert {r.uid: r.queue_path for r in rows(engine)} == {"open": "ml/research", "bare": "ml/research",
+                                                           "kept": "root/old/research"}
+    index.on_queue("ADDED", _queue("root", None))
+    index.on_queue("ADDED", _queue("ml", "root"))
+    assert index.queue_paths_under("ml") == {"ml": "root/ml", "research": "root/ml/research"}
+    with Session(engine) as session, session.begin():
+        assert ledger.retag_queues(session, index.queue_paths_under("ml")) == 1  # the finished run moved once
+    assert {r.uid: r.queue_path for r in rows(engine)} == {"open": "root/ml/research", "bare": "ml/research",
+                                                           "kept": "root/old/research"}
