@@ -36,7 +36,7 @@ from volcano_monitor.watchdog.findings.detectors.waste import WasteDetector
 from volcano_monitor.watchdog.findings.recommendations.backfill import BackfillBatch, Backfiller
 from volcano_monitor.watchdog.findings.recommendations.backfill_queries import Workload as BackfillWorkload
 from volcano_monitor.watchdog.findings.recommendations.book import HistogramBook, Recommendation
-from volcano_monitor.watchdog.runtime.observe import BACKFILL, LEDGER_JOB, LEDGER_PODGROUP, SIGNALS, Write
+from volcano_monitor.watchdog.runtime.observe import BACKFILL, LEDGER_JOB, LEDGER_PODGROUP, LEDGER_QUEUE, SIGNALS, Write
 from volcano_monitor.watchdog.runtime.retention import run_retention
 from volcano_monitor.watchdog.state.alerts import FIRING, RESOLVED, AlertBook, Transition
 from volcano_monitor.watchdog.state.cluster import ClusterIndex
@@ -63,7 +63,7 @@ class WorkerStats:
 
 # Every kind of alert the watchdog raises (the demo must show each within five minutes).
 ALERT_KINDS = (FailureDetector.KINDS | GangDetector.KINDS | QueueDetector.KINDS | WasteDetector.KINDS
-               | GpuIdleDetector.KINDS | GpuStrandedDetector.KINDS | NodeHotDetector.KINDS)
+               | GpuIdleDetector.KINDS | GpuStrandedDetector.KINDS | NodeHotDetector.KINDS | BudgetDetector.KINDS)
 
 
 @dataclass
@@ -98,6 +98,8 @@ class Tasks:
         elif write.kind == LEDGER_PODGROUP:
             self.ledger.on_podgroup(write.event_type, write.obj, session, now,
                                     self.index.queue_path(write.obj.queue))
+        elif write.kind == LEDGER_QUEUE:
+            self.ledger.retag_queues(session, self.index.queue_paths_under(write.obj))
         elif write.kind == SIGNALS:
             self.record(self.alerts.apply(write.obj, session, now), session, now)
         elif write.kind == BACKFILL and self.backfiller is not None and isinstance(write.obj, BackfillBatch):
