@@ -39,8 +39,13 @@ def demo_watchdog_config(webhook: str, api_url: str, prometheus: str | None) -> 
                       "node_hot": {"window_seconds": 45, "interval_seconds": 10}},
         # GpuIdle for bert-finetune's idle GPUs, GpuNoData for render-farm's unreported one (Prometheus only).
         "gpu_idle": {"no_data_seconds": 60, "default": {"gpu_idle_limit_seconds": 60}},
-        # Prices, so the report, /api/v1/reports and volcano_watchdog_queue_cost_total show cost (docs/cost.md).
-        "costs": {"currency": "USD", "prices": {"cpu": 0.04, "memory": 0.005, "nvidia.com/gpu": 2.5}},
+        # Prices, so the report, /api/v1/reports and volcano_watchdog_queue_cost_total show cost (docs/cost.md),
+        # and budgets a demo reaches (its minutes cost cents): research's (research-nlp included) is spent within
+        # two minutes (BudgetExceeded); prod's is not, but prod's rate since its first run would pass it before
+        # the week ends (BudgetForecast).
+        "costs": {"currency": "USD", "prices": {"cpu": 0.04, "memory": 0.005, "nvidia.com/gpu": 2.5},
+                  "budgets": [{"queue": "research", "period": "week", "amount": 0.05},
+                              {"queue": "prod", "period": "week", "amount": 20, "forecast_after_seconds": 60}]},
         "capability": {"enabled": True, "mode": "dry-run", "reconcile_interval_seconds": 30,
                        "policies": {"research-nlp": {"demand": {"window_seconds": 3600}}}},
         "notifications": {

@@ -89,7 +89,8 @@ class Budget(BaseModel):
     amount: Price = Field(description="The most the queue may spend in one period, in `costs.currency`.")
     forecast_after_seconds: float = Field(
         default=3600.0, ge=0,
-        description="BudgetForecast extrapolates only after this much of the period (an early burst is no rate).")
+        description="BudgetForecast extrapolates only once its rate has run this long: from the period's start, or "
+                    "from the queue's first run in the period if later (an early burst is no rate).")
 
     @field_validator("amount")
     @classmethod

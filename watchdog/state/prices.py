@@ -29,7 +29,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
-from datetime import datetime
+from datetime import UTC, datetime
 from typing import Any
 
 from sqlalchemy import ColumnElement, Connection, and_, case, delete, func, or_, select
@@ -214,14 +214,32 @@ def queue_cost_totals(session: Session, costs: Costs) -> dict[str, tuple[float, 
     return totals
 
 
-def queue_period_cost(session: Session, costs: Costs, queue: str, since: datetime, until: datetime) -> float:
-    """The requested-basis cost of `queue` and its children over [since, until), as a report counts it: the
-    runs that ended in it, and those still running at its end that started before it (their cost so far)."""
+def _queue_period(queue: str, since: datetime, until: datetime) -> tuple[ColumnElement[bool], ColumnElement[bool],
+                                                                       ColumnElement[Any]]:
+    """The runs of `queue` and its children, those counted in [since, until), and their start."""
     r = JobRun
-    dialect = session.get_bind().dialect.name
     end = func.coalesce(r.finished_at, r.deleted_at)
     started = func.coalesce(r.started_at, r.created_at)
     in_tree = or_(r.queue == queue, r.queue_path.like(f"{queue}/%"), r.queue_path.like(f"%/{queue}/%"))
     in_period = or_(and_(end >= since, end < until), and_(end.is_(None), started < until))
+    return in_tree, in_period, started
+
+
+def queue_period_cost(session: Session, costs: Costs, queue: str, since: datetime, until: datetime) -> float:
+    """The requested-basis cost of `queue` and its children over [since, until), as a report counts it: the
+    runs that ended in it, and those still running at its end that started before it (their cost so far)."""
+    dialect = session.get_bind().dialect.name
+    in_tree, in_period, _ = _queue_period(queue, since, until)
     total = session.scalar(select(cost_sums(dialect, costs)[0]).where(in_tree, in_period))
     return float(total or 0.0)
+
+
+def queue_period_first_start(session: Session, queue: str, since: datetime, until: datetime) -> datetime | None:
+    """When the earliest run counted in [since, until) for `queue` and its children started (None: no run). A
+    budget's rate runs from the later of this and the period's start: a queue (or a watchdog) that began
+    spending mid-period spends at its own rate, not at its spending spread over days it did not run."""
+    in_tree, in_period, started = _queue_period(queue, since, until)
+    first = session.scalar(select(func.min(started)).where(in_tree, in_period))
+    if not isinstance(first, datetime):
+        return None
+    return first if first.tzinfo else first.replace(tzinfo=UTC)

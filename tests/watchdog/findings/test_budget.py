@@ -58,12 +58,14 @@ def test_period_bounds() -> None:
 
 def test_forecast_then_exceeded_counting_the_children(engine: Engine) -> None:
     seed(engine)
-    wed = MONDAY + timedelta(days=2, hours=12)  # 2.5 of 7 days gone, 55 spent: 154 projected
+    # eng's first run started Monday 01:00: 55 spent in 59 h, 155.7 projected over the week's other 108 h
+    wed = MONDAY + timedelta(days=2, hours=12)
     assert judged(engine, costs(150), wed) == {"BudgetForecast": True, "BudgetExceeded": False}
     assert judged(engine, costs(160), wed) == {"BudgetForecast": False, "BudgetExceeded": False}
     assert judged(engine, costs(55), wed) == {"BudgetForecast": False, "BudgetExceeded": True}
-    # the leaf alone: 25 spent, 70 projected
-    assert judged(engine, costs(90, queue="team-b"), wed) == {"BudgetForecast": False, "BudgetExceeded": False}
+    # the leaf alone: 25 spent since its first run started (Tuesday 00:00), 100 projected by Monday
+    assert judged(engine, costs(90, queue="team-b"), wed) == {"BudgetForecast": True, "BudgetExceeded": False}
+    assert judged(engine, costs(110, queue="team-b"), wed) == {"BudgetForecast": False, "BudgetExceeded": False}
     assert judged(engine, costs(10, queue="team-b"), wed) == {"BudgetForecast": False, "BudgetExceeded": True}
     # the root holds prod too
     assert judged(engine, costs(500, queue="root"), wed) == {"BudgetForecast": False, "BudgetExceeded": True}
@@ -75,6 +77,21 @@ def test_no_forecast_from_the_first_hour(engine: Engine) -> None:
     early = MONDAY + timedelta(minutes=30)
     assert judged(engine, costs(100), early) == {"BudgetForecast": False, "BudgetExceeded": False}
     assert judged(engine, costs(100, after=60), early) == {"BudgetForecast": True, "BudgetExceeded": False}
+
+
+def test_a_queue_that_starts_spending_mid_period_is_forecast_at_its_own_rate(engine: Engine) -> None:
+    """Spread over the four and a half days before it ran, an hour's 10 would project to 15 and never warn; at
+    its own rate (10 an hour, 60 hours left) it passes 100 on Saturday."""
+    friday = MONDAY + timedelta(days=4, hours=12)
+    with Session(engine) as session, session.begin():
+        session.add(run("late", "eng", "root/eng", 10.0, None, friday))
+    now = friday + timedelta(hours=1)
+    with Session(engine) as session:
+        [_, forecast] = BudgetDetector(costs(100, after=600)).check(session, now)
+    assert forecast.active and forecast.details["rate_since"] == friday.isoformat()
+    assert forecast.details["projected"] == pytest.approx(10.0 * 60, rel=1e-6)
+    assert forecast.details["passes_at"] == (friday + timedelta(hours=10)).isoformat()
+    assert judged(engine, costs(100, after=2 * 3600), now)["BudgetForecast"] is False  # its rate is 1 h old
 
 
 def test_each_period_is_its_own_episode(engine: Engine) -> None:

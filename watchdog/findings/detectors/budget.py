@@ -19,7 +19,7 @@ from datetime import UTC, datetime, timedelta
 from sqlalchemy.orm import Session
 
 from volcano_monitor.watchdog.state.cost_settings import Budget, Costs
-from volcano_monitor.watchdog.state.prices import queue_period_cost
+from volcano_monitor.watchdog.state.prices import queue_period_cost, queue_period_first_start
 from volcano_monitor.watchdog.state.signals import BUDGET_EXCEEDED, BUDGET_FORECAST, Signal, fingerprint
 
 __all__ = ["BudgetDetector", "period_bounds"]
@@ -51,13 +51,14 @@ class BudgetDetector:
     def _judge(self, budget: Budget, session: Session, now: datetime) -> list[Signal]:
         start, end = period_bounds(budget.period, now)
         spent = queue_period_cost(session, self.costs, budget.queue, start, now)
-        elapsed = (now - start).total_seconds()
-        length = (end - start).total_seconds()
-        projected = spent * length / elapsed if elapsed > 0 else spent
+        first = queue_period_first_start(session, budget.queue, start, now)
+        origin = max(start, first) if first is not None else start
+        elapsed = (now - origin).total_seconds()  # how long the rate has run
+        projected = spent * (end - origin).total_seconds() / elapsed if elapsed > 0 else spent
         currency = self.costs.currency
         details = {"queue": budget.queue, "period": budget.period, "period_start": start.isoformat(),
                    "period_end": end.isoformat(), "budget": budget.amount, "spent": round(spent, 4),
-                   "projected": round(projected, 4), "currency": currency}
+                   "projected": round(projected, 4), "rate_since": origin.isoformat(), "currency": currency}
         parts = (budget.queue, budget.period, start.isoformat())
         exceeded = spent >= budget.amount
         forecast = not exceeded and elapsed >= budget.forecast_after_seconds and projected > budget.amount
@@ -67,7 +68,7 @@ class BudgetDetector:
                       summary=f"{what} is spent: {spent:.2f} {currency} since {start:%Y-%m-%d}", details=details)]
         when = ""
         if forecast and spent > 0:
-            passes = start + timedelta(seconds=elapsed * budget.amount / spent)
+            passes = origin + timedelta(seconds=elapsed * budget.amount / spent)
             when = f", around {passes:%Y-%m-%d %H:%M} UTC"
             details["passes_at"] = passes.isoformat()
         out.append(Signal(BUDGET_FORECAST, fingerprint(BUDGET_FORECAST, *parts), forecast, queue=budget.queue,
