@@ -41,6 +41,7 @@ from volcano_monitor.watchdog.findings.detectors.hot import NodeHotDetector
 from volcano_monitor.watchdog.findings.detectors.queue import QueueDetector
 from volcano_monitor.watchdog.findings.detectors.stranded import GpuStrandedDetector
 from volcano_monitor.watchdog.findings.detectors.waste import WasteDetector
+from volcano_monitor.watchdog.findings.expected import ExpectedStarts
 from volcano_monitor.watchdog.findings.recommendations.backfill import Backfiller, live_workloads
 from volcano_monitor.watchdog.findings.recommendations.book import HistogramBook
 from volcano_monitor.watchdog.runtime.observe import BACKFILL, Observer
@@ -80,12 +81,15 @@ class Watchdog:
                                       expected_interval_seconds=expected)
         found = settings.detectors
         self.notes = SchedulerNotes()  # the scheduler's latest Event per PodGroup: GangUnschedulable's reason
-        queues = QueueDetector(found)
         # A finished run is judged once its last usage flush is surely in.
         # GPU idle seconds per job, from the Prometheus collector's DCGM rounds (a gap of 3 rounds adds nothing).
         self.gpu_idle = GpuIdleTracker(settings.gpu_idle, 3 * settings.sources.prometheus.interval_seconds)
         # Node detectors: Node objects and node usage go straight into a locked table (watchdog.state.nodes).
         self.nodes = NodeTable()
+        # Expected starts of waiting jobs (a round every 30 s on a thread the CLI starts; every replica serves
+        # /why): GangUnschedulable and QueueStarved say in their messages when the job should start.
+        self.expected = ExpectedStarts(self.index, engine, self.nodes, clock=clock, ready=self.index_synced)
+        queues = QueueDetector(found, expected=self.expected.get)
         # Cost: each pod priced by its node's labels (node pools, GPU models), applied as usage is integrated.
         self.recorder.prices = PriceBook(settings.costs, self.nodes.labels)
         self.stranded = GpuStrandedDetector(found.gpu_stranded, self.nodes, self.index) \
@@ -95,7 +99,8 @@ class Watchdog:
             and found.node_hot.source == "node_metrics" else None
         self._node_informer: Informer[Any] | None = None
         self.detectors = DetectorSet(failures=FailureDetector(found), queues=queues,
-                                     gangs=GangDetector(found, self.notes, blocked=queues.blocked),
+                                     gangs=GangDetector(found, self.notes, blocked=queues.blocked,
+                                                        expected=self.expected.get),
                                      waste=WasteDetector(found, settle_seconds=4 * self.intervals.flush,
                                                           live=self.index.live_run_uids,
                                                           synced=self.index_synced),

@@ -145,7 +145,6 @@ def run_watchdog(settings: Settings) -> int:
     from volcano_monitor.watchdog.actions.oomscale.api import oom_router, outbox_notice, render_oom_metrics
     from volcano_monitor.watchdog.actions.oomscale.controller import OomScaleUpController
     from volcano_monitor.watchdog.findings.detectors.stranded import render_stranded_metrics
-    from volcano_monitor.watchdog.findings.expected import ExpectedStarts
     from volcano_monitor.watchdog.findings.why import why_router
     from volcano_monitor.watchdog.runtime.app import Watchdog
     from volcano_monitor.watchdog.views.api import create_app
@@ -173,8 +172,9 @@ def run_watchdog(settings: Settings) -> int:
     # The opt-in GPU idle abort (leader only; RBAC create on Volcano Commands only when enabled).
     aborter = GpuIdleAborter(settings.gpu_idle, engine, api, leader, outbox=watchdog.outbox,
                              wake=watchdog.notifier.wake, identity=leader.identity)
-    # Expected starts of waiting jobs: a round every 30 s on a thread of its own (every replica serves /why).
-    expected = ExpectedStarts(watchdog.index, engine, watchdog.nodes, ready=watchdog.index_synced)
+    # Expected starts of waiting jobs: a round every 30 s on a thread of its own (every replica serves /why;
+    # the leader's detectors put them into GangUnschedulable and QueueStarved).
+    expected = watchdog.expected
     expected_thread = threading.Thread(target=expected.run, name="watchdog-expected-starts", daemon=True)
     try:
         watchdog.start()

@@ -21,6 +21,9 @@ asks the queue detector (`blocked`) with the group's minResources. A gang that d
 an empty queue or cluster, or that was admitted but cannot be placed (NotEnoughResources,
 fragmentation), is GangUnschedulable.
 
+With `expected` (the last round of `findings.expected`), GangUnschedulable says when the job is expected to
+start and what it waits for, or why it never will (`detectors.expect`); the fingerprint does not depend on it.
+
 PartialGang: some pods of a group Running (holding nodes, GPUs) while fewer than minMember pods
 hold resources and others wait unbound — the gang will not start, and what it holds is wasted.
 Volcano's phase for this is `Unknown`; the detector counts the pods itself.
@@ -39,6 +42,7 @@ from typing import Any, NamedTuple
 
 from volcano_monitor.core.model import Job, PodGroup, Resources, res_add, res_dict
 from volcano_monitor.core.podview import Pod
+from volcano_monitor.watchdog.findings.detectors.expect import Expected, expected_clause, expected_details
 from volcano_monitor.watchdog.findings.detectors.settings import Detectors
 from volcano_monitor.watchdog.state.events import SchedulerNotes
 from volcano_monitor.watchdog.state.signals import GANG_UNSCHEDULABLE, PARTIAL_GANG, Signal, fingerprint
@@ -69,10 +73,13 @@ class GangDetector:
     KINDS = frozenset({GANG_UNSCHEDULABLE, PARTIAL_GANG})
 
     def __init__(self, settings: Detectors, notes: SchedulerNotes | None = None,
-                 blocked: Blocked | None = None) -> None:
+                 blocked: Blocked | None = None, expected: Expected | None = None) -> None:
+        """`expected`: the last estimate of a job's start (`findings.expected`), put into GangUnschedulable's
+        details and summary (`detectors.expect`)."""
         self.settings = settings
         self.notes = notes if notes is not None else SchedulerNotes()
         self.blocked = blocked
+        self.expected = expected
         self._groups: dict[tuple[str, str], PodGroup] = {}
         self._pods: dict[str, _PodState] = {}  # pod uid -> state (Pending / Running pods of a group)
         self._members: dict[tuple[str, str], set[str]] = {}  # group -> pod uids
@@ -187,13 +194,18 @@ class GangDetector:
         why = message or reason or "no reason given"
         if len(why) > SUMMARY_MESSAGE_LEN:
             why = why[:SUMMARY_MESSAGE_LEN - 1] + "…"
+        when = ""
+        est = self.expected(group.namespace, group.owner_name or group.name) if self.expected is not None else None
+        if est is not None:
+            details.update(expected_details(est))
+            when = f"; {expected_clause(est, now)}"
         return Signal(
             kind=GANG_UNSCHEDULABLE, active=True,
             fingerprint=fingerprint(GANG_UNSCHEDULABLE, group.namespace, group.name, group.uid),
             severity="warning", namespace=group.namespace, queue=group.queue, job_name=group.job_name,
             subject=group.name,
             summary=f"PodGroup {group.namespace}/{group.name} (minMember {group.min_member}) cannot be scheduled "
-                    f"({group.phase or 'Pending'}): {why}",
+                    f"({group.phase or 'Pending'}): {why}{when}",
             details=details, for_seconds=self.settings.gang_unschedulable_seconds,
             since=_time(min(since, now)) if since is not None else None,
         )

@@ -17,15 +17,21 @@ An item bigger than the limit itself never fits whatever runs — a configuratio
 too big for the cluster, not starvation — and is not reported here: GangUnschedulable reports such
 a PodGroup. Conversely GangUnschedulable stays quiet for a group this detector finds blocked
 (`blocked()`), so one cause raises one alert.
+
+With `expected` (the last round of `findings.expected`), the alert names the earliest expected start among
+the queue's waiting jobs (`expected_job`, `expected_start`, ...: `detectors.expect`); when none of them has
+one, why the first of them has none.
 """
 
 from __future__ import annotations
 
-from typing import NamedTuple
+from typing import Any, NamedTuple
 
 from volcano_monitor.core.model import PodGroup, Queue, Resources, res_dict, res_get
 from volcano_monitor.core.podview import Pod
+from volcano_monitor.watchdog.findings.detectors.expect import Expected, expected_clause, expected_details
 from volcano_monitor.watchdog.findings.detectors.settings import Detectors
+from volcano_monitor.watchdog.findings.estimates import Estimate
 from volcano_monitor.watchdog.state.signals import QUEUE_STARVED, Signal, fingerprint
 
 __all__ = ["QueueDetector"]
@@ -45,10 +51,11 @@ class _Demand(NamedTuple):
 class QueueDetector:
     KINDS = frozenset({QUEUE_STARVED})
 
-    def __init__(self, settings: Detectors) -> None:
+    def __init__(self, settings: Detectors, expected: Expected | None = None) -> None:
         self.settings = settings
+        self.expected = expected
         self._queues: dict[str, Queue] = {}
-        self._groups: dict[tuple[str, str], tuple[str, str]] = {}  # (ns, name) -> (queue, phase)
+        self._groups: dict[tuple[str, str], tuple[str, str, str]] = {}  # (ns, name) -> (queue, phase, job name)
         self._pending_groups: dict[tuple[str, str], _Demand] = {}
         self._pending_pods: dict[str, _Demand] = {}  # pod uid -> demand
         self.skipped = 0
@@ -70,7 +77,7 @@ class QueueDetector:
             self._groups.pop(key, None)
             self._pending_groups.pop(key, None)
             return
-        self._groups[key] = (group.queue, group.phase)
+        self._groups[key] = (group.queue, group.phase, group.owner_name or group.name)
         if group.phase == "Pending" and group.min_resources:
             self._pending_groups[key] = _Demand(group.namespace, group.name, group.queue, group.name,
                                                 group.min_resources)
@@ -101,9 +108,13 @@ class QueueDetector:
     def check(self, now: float) -> list[Signal]:
         starved: dict[str, dict[str, object]] = {}  # queue -> details of the first starving item
         waiting: dict[str, int] = {}
+        jobs: dict[str, dict[tuple[str, str], None]] = {}  # queue -> its waiting jobs (namespace, job), in order
         for item in self._demand():
             queue = item.queue
             waiting[queue] = waiting.get(queue, 0) + 1
+            if self.expected is not None and item.group:
+                group = self._groups.get((item.namespace, item.group))
+                jobs.setdefault(queue, {})[(item.namespace, group[2] if group is not None else item.group)] = None
             if queue in starved:
                 continue
             hit = self.blocked(queue, item.requests)
@@ -115,14 +126,34 @@ class QueueDetector:
             details["waiting"] = waiting[queue]
             full = (f"the cluster is full on {details['resource']}" if details["scope"] == "cluster" else
                     f"queue {details['limiting_queue']} is at its {details['resource']} capability")
+            when = self._earliest(jobs.get(queue, {}), details, now)
             signals.append(Signal(
                 kind=QUEUE_STARVED, fingerprint=fingerprint(QUEUE_STARVED, queue), active=True, severity="warning",
                 queue=queue, subject=queue,
                 summary=f"Queue {queue}: {waiting[queue]} waiting while {full} "
-                        f"({details['allocated']:g} of {details['capability']:g} allocated)",
+                        f"({details['allocated']:g} of {details['capability']:g} allocated){when}",
                 details=details, for_seconds=self.settings.queue_starved_seconds,
             ))
         return signals
+
+    def _earliest(self, jobs: dict[tuple[str, str], None], details: dict[str, Any], now: float) -> str:
+        """The earliest expected start among `jobs` into `details`, and its clause for the summary ("" when
+        no job has been estimated yet); without any start, why the first estimated job has none."""
+        if self.expected is None:
+            return ""
+        best: tuple[str, Estimate] | None = None
+        for namespace, job in jobs:
+            est = self.expected(namespace, job)
+            if est is None:
+                continue
+            if best is None or (est.start is not None and (best[1].start is None or est.start < best[1].start)):
+                best = (f"{namespace}/{job}", est)
+        if best is None:
+            return ""
+        name, est = best
+        details.update(expected_details(est), expected_job=name)
+        return f"; {name} {expected_clause(est, now)}" if est.start is not None else \
+            f"; {name}: {expected_clause(est, now)}"
 
     def _demand(self) -> list[_Demand]:
         items = list(self._pending_groups.values())
