@@ -59,6 +59,12 @@ class Price:
 FREE = Price()
 
 
+def is_priced(costs: Costs) -> bool:
+    """Whether `costs:` sets any price: without one every cost is 0, and the API and UI show none rather
+    than zeros that look like free runs."""
+    return bool(costs.prices or costs.gpu_models or costs.node_pools)
+
+
 def _gpu_price(prices: Mapping[str, float], resource: str) -> float:
     """Per GPU-hour of `resource`; a GPU of a resource not priced (or a pod whose GPU resource is unknown)
     pays nvidia.com/gpu's price, else the first GPU price given."""
@@ -95,7 +101,7 @@ class PriceBook:
         self.base = price_of(costs, None)
 
     def __call__(self, pod: PodInfo) -> Price:
-        if not self.costs.prices and not self.costs.gpu_models and not self.costs.node_pools:
+        if not is_priced(self.costs):
             return FREE
         return price_of(self.costs, self.labels(pod.node) if pod.node else None, pod.gpu_resource)
 
@@ -225,13 +231,19 @@ def _queue_period(queue: str, since: datetime, until: datetime) -> tuple[ColumnE
     return in_tree, in_period, started
 
 
-def queue_period_cost(session: Session, costs: Costs, queue: str, since: datetime, until: datetime) -> float:
-    """The requested-basis cost of `queue` and its children over [since, until), as a report counts it: the
+def queue_period_costs(session: Session, costs: Costs, queue: str, since: datetime,
+                       until: datetime) -> tuple[float, float, float]:
+    """(requested, used, idle) of `queue` and its children over [since, until), as a report counts it: the
     runs that ended in it, and those still running at its end that started before it (their cost so far)."""
     dialect = session.get_bind().dialect.name
     in_tree, in_period, _ = _queue_period(queue, since, until)
-    total = session.scalar(select(cost_sums(dialect, costs)[0]).where(in_tree, in_period))
-    return float(total or 0.0)
+    row = session.execute(select(*cost_sums(dialect, costs)).where(in_tree, in_period)).one()
+    return float(row[0] or 0.0), float(row[1] or 0.0), float(row[2] or 0.0)
+
+
+def queue_period_cost(session: Session, costs: Costs, queue: str, since: datetime, until: datetime) -> float:
+    """The requested-basis cost of `queue_period_costs`: what a budget counts as spent."""
+    return queue_period_costs(session, costs, queue, since, until)[0]
 
 
 def queue_period_first_start(session: Session, queue: str, since: datetime, until: datetime) -> datetime | None:

@@ -197,14 +197,14 @@ def create_app(engine: Engine, settings: Settings, health: Health, clock: Callab
         newest = func.coalesce(JobRun.created_at, JobRun.updated_at)
         rows = session.scalars(select(JobRun).where(*where).order_by(newest.desc(), JobRun.id.desc())
                                .limit(limit).offset(offset))
-        return JobPage(total=total, limit=limit, offset=offset, items=[job_out(row) for row in rows])
+        return JobPage(total=total, limit=limit, offset=offset, items=[job_out(row, settings.costs) for row in rows])
 
     @app.get("/api/v1/jobs/{uid}", response_model=JobOut, tags=["jobs"], responses={404: {"model": ErrorOut}})
     def get_job(session: Db, uid: Annotated[str, Path(max_length=64, pattern=r"^[^\x00]*$")]) -> JobOut:
         row = session.scalars(select(JobRun).where(JobRun.uid == uid)).first()
         if row is None:
             raise HTTPException(404, "no such job run")
-        return job_out(row)
+        return job_out(row, settings.costs)
 
     @app.get("/api/v1/recommendations", response_model=list[recommend.Recommendation], tags=["recommendations"])
     def recommendations(session: Db, namespace: Text = None) -> list[recommend.Recommendation]:

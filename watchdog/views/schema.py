@@ -13,7 +13,9 @@ from pydantic import BaseModel, BeforeValidator, ConfigDict
 from sqlalchemy import func, select
 from sqlalchemy.orm import Session
 
+from volcano_monitor.watchdog.state.cost_settings import Costs
 from volcano_monitor.watchdog.state.db.models import JobRun, UsageRollup
+from volcano_monitor.watchdog.state.prices import is_priced, run_cost
 
 
 class Page(BaseModel):
@@ -54,6 +56,16 @@ class Efficiency(BaseModel):
     gpu: float | None
 
 
+class JobCost(BaseModel):
+    """The run's cost so far (docs/cost.md): requested = what it held, used = what it used, idle = requested -
+    used, never below 0 per resource; the same numbers as the report's (`watchdog.state.prices.run_cost`)."""
+
+    requested: float
+    used: float
+    idle: float
+    currency: str
+
+
 class JobOut(BaseModel):
     uid: str
     kind: str
@@ -85,6 +97,7 @@ class JobOut(BaseModel):
     deleted_at: datetime | None  # set without finished_at: deleted before it finished
     updated_at: datetime
     efficiency: Efficiency
+    cost: JobCost | None  # null when `costs:` sets no price
 
 
 class JobPage(Page):
@@ -164,12 +177,21 @@ def ratio_or_none(used: float, requested: float) -> float | None:
     return used / requested if requested > 0 else None
 
 
-def job_out(row: JobRun) -> JobOut:
-    fields = {name: getattr(row, name) for name in JobOut.model_fields if name != "efficiency"}
+def job_cost(row: JobRun, costs: Costs | None) -> JobCost | None:
+    """A ledger row's cost as the report prices it; None without prices (or without `costs`)."""
+    if costs is None or not is_priced(costs):
+        return None
+    priced = run_cost(row, costs)
+    return JobCost(requested=priced.total("requested"), used=priced.total("used"), idle=priced.total("idle"),
+                   currency=costs.currency)
+
+
+def job_out(row: JobRun, costs: Costs | None = None) -> JobOut:
+    fields = {name: getattr(row, name) for name in JobOut.model_fields if name not in ("efficiency", "cost")}
     efficiency = Efficiency(cpu=ratio_or_none(row.cpu_core_seconds_used, row.cpu_core_seconds_requested),
                             memory=ratio_or_none(row.memory_byte_seconds_used, row.memory_byte_seconds_requested),
                             gpu=ratio_or_none(row.gpu_seconds_used, row.gpu_seconds_requested))
-    return JobOut(**fields, efficiency=efficiency)
+    return JobOut(**fields, efficiency=efficiency, cost=job_cost(row, costs))
 
 
 def queue_usage(session: Session, now: datetime) -> tuple[datetime | None, int | None, dict[str, QueueUsage]]:

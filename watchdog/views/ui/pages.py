@@ -29,6 +29,7 @@ from volcano_monitor.watchdog.views.guard import token_guard
 from volcano_monitor.watchdog.views.health import QueueView
 from volcano_monitor.watchdog.views.resolve import store_resolve_request, wait_for_request
 from volcano_monitor.watchdog.views.schema import AlertId, queue_usage
+from volcano_monitor.watchdog.views.ui.cost import job_cost_line, queue_cost_section
 from volcano_monitor.watchdog.views.ui.forms import FormTokenRoute, error_page, form_of, refused_reader
 from volcano_monitor.watchdog.views.ui.html import (
     amount,
@@ -147,15 +148,17 @@ def ui_router(engine: Engine, settings: Settings, clock: Callable[[], datetime],
     @router.get("/ui/queues/{name}", response_class=HTMLResponse)
     def capability_page(request: Request, name: Annotated[str, Path(max_length=253, pattern=r"^[^\x00/]+$")],
                         offset: Offset = 0) -> Response:
-        """The capability policy's latest plan for the queue and its change history (read token)."""
+        """The queue's cost this week and month, the capability policy's latest plan for it and its change
+        history (read token)."""
         if (refused := refused_reader(request, reader)) is not None:
             return refused
         with session() as s:
             plan = store.get_plan(s, name)
             total, changes = store.history(s, name, PAGE, offset)
+            cost = queue_cost_section(s, settings.costs, name, clock())
         if plan is None and total == 0 and name not in {v.name for v in queues()}:
             return error_page(404, "no such queue")
-        body = "<h2>Plan</h2>"
+        body = cost + "<h2>Plan</h2>"
         if plan is None:
             body += '<p class="muted">no capability plan (the capability policy is off or has not run)</p>'
         else:
@@ -235,7 +238,7 @@ def ui_router(engine: Engine, settings: Settings, clock: Callable[[], datetime],
         live = why(uid)
         body = place_line(live.place if live is not None else None) + (
             expected_line(expected(live.namespace, live.job_name))
-            if live is not None and live.explanation is not None else "") + facts
+            if live is not None and live.explanation is not None else "") + job_cost_line(run, settings.costs) + facts
         body += "<h2>Usage vs request</h2>" + chart(cpu, "cores", "CPU") + chart(mem, "GiB", "Memory")
         if run.requested_gpus > 0:  # DCGM utilisation, mean over the job's GPU containers, against 100 %
             gpu = [(t, float(g), 100.0) for t, *_, g in points if g is not None]
