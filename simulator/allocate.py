@@ -13,7 +13,16 @@ from __future__ import annotations
 from volcano_monitor.simulator.preempt import Preemption, priority
 from volcano_monitor.simulator.quantity import Resources
 from volcano_monitor.simulator.resources import NODES, QUEUES
-from volcano_monitor.simulator.scheduler import QueueView, gang_message, headroom, place, queue_chain, queue_view, take
+from volcano_monitor.simulator.scheduler import (
+    Headroom,
+    QueueView,
+    gang_message,
+    headroom,
+    place,
+    queue_chain,
+    queue_view,
+    take,
+)
 from volcano_monitor.simulator.state import NodeSim, Obj, PodSim, RunSim, rfc3339
 
 
@@ -31,9 +40,11 @@ class Allocation(Preemption):
         self._scheduled_at = signature
         queues = queue_view(queue_objs)
         room = headroom(queues, self._queue_allocated())
+        admit = self._admission_room(queues, room)
         nodes = sorted(self.nodes.values(), key=lambda n: n.name)
         cordoned = {n["metadata"]["name"] for n in node_objs if (n.get("spec") or {}).get("unschedulable")}
-        # Volcano's priority plugin orders jobs by priority first.
+        # Volcano's priority plugin orders jobs by priority first (the PodGroup's PriorityClass), then creation
+        # time; a job its queue cannot admit is skipped and later ones still may be (no head-of-line blocking).
         for run in sorted(self.runs.values(), key=lambda r: (-priority(r.workload), r.created, r.name)):
             if run.finished:
                 continue
@@ -42,7 +53,7 @@ class Allocation(Preemption):
                 continue
             if run.pg_phase in ("", "Pending"):
                 had_pods = bool(run.pods)
-                if not self._enqueue(run, queues, chain, room) or not had_pods:
+                if not self._enqueue(run, queues, chain, admit) or not had_pods:
                     continue  # new pods wait for the next cycle: the job controller creates them on Inqueue
             if run.pg_phase in ("Inqueue", "Running", "Unknown"):
                 self._allocate(run, nodes, cordoned, chain, room)
@@ -50,11 +61,29 @@ class Allocation(Preemption):
                     self._preempt(run, nodes, cordoned)
         self._flush()
 
-    def _enqueue(self, run: RunSim, queues: dict[str, QueueView], chain: list[str],
-                 room: dict[str, Resources | None]) -> bool:
+    def _admission_room(self, queues: dict[str, QueueView], room: Headroom) -> Headroom:
+        """What the enqueue action may still admit per queue: its capability minus what is allocated and
+        minus what the groups already `Inqueue` are owed (their minResources not yet bound), as Volcano's
+        proportion plugin counts `inqueue` against the capability. Without it every waiting job that fits
+        the free capability would be admitted in one cycle, and all but the first would wait `Inqueue`
+        with unschedulable pods where Volcano keeps them `Pending`."""
+        admit: Headroom = {name: None if left is None else dict(left) for name, left in room.items()}
+        for run in self.runs.values():
+            if run.finished or run.pg_deleted or run.pg_phase != "Inqueue":
+                continue
+            owed = dict(run.min_resources)
+            for pod in run.pods.values():
+                if pod.holding:
+                    for name, amount in pod.requests.items():
+                        owed[name] = owed.get(name, 0.0) - amount
+            take(admit, queue_chain(run.queue, queues), {name: max(0.0, amount) for name, amount in owed.items()})
+        return admit
+
+    def _enqueue(self, run: RunSim, queues: dict[str, QueueView], chain: list[str], room: Headroom) -> bool:
         """Volcano's enqueue action. A group its queue cannot admit stays `Pending` with no condition
         at all: only Events say why ("queue resource quota insufficient"), and every group starts
-        with the gang plugin's "0/0 tasks in gang unschedulable" Warning, admitted or not."""
+        with the gang plugin's "0/0 tasks in gang unschedulable" Warning, admitted or not. `room` is what
+        the queues may still admit (`_admission_room`); an admitted group takes its minResources from it."""
         self._record(self._pg_ref(run), "Warning", "Unschedulable",
                      f"0/{len(run.pods)} tasks in gang unschedulable: pod group is not ready, "
                      f"{run.workload.min_member} minAvailable", series=("Unschedulable",))
@@ -76,6 +105,7 @@ class Allocation(Preemption):
                 self._dirty_runs[run] = None
             self._record(self._pg_ref(run), "Normal", "Unschedulable", message, series=("Unschedulable",))
             return False
+        take(room, chain, run.min_resources)
         run.pg_phase = "Inqueue"
         self._dirty_runs[run] = None
         if run.is_vcjob and not run.pods and not run.orphaned:

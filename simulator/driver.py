@@ -71,7 +71,8 @@ class Driver(Controllers):
         self.now = self.started_at = self.clock()
         for ns in self.scenario.namespaces:
             self.store.upsert(NAMESPACES, namespace_object(ns, self.now))
-        for name, value in PRIORITY_CLASSES.items():  # the classes the workloads name, as a cluster would have
+        classes = PRIORITY_CLASSES if self.scenario.priority_classes is None else self.scenario.priority_classes
+        for name, value in classes.items():  # the classes the workloads name, as a cluster would have
             self.store.upsert(PRIORITY_CLASS_TYPE, priority_class_object(name, value, self.now))
         for spec in self.scenario.nodes:
             node = make_node(spec)

@@ -7,7 +7,7 @@ from __future__ import annotations
 from volcano_monitor.simulator.adopt import job_annotations
 from volcano_monitor.simulator.cluster_objects import node_ip
 from volcano_monitor.simulator.quantity import Resources, format_quantity
-from volcano_monitor.simulator.scenario import GPU_TOLERATION, PRIORITY_CLASSES
+from volcano_monitor.simulator.scenario import GPU_TOLERATION, priority_value
 from volcano_monitor.simulator.specs import TaskSpec
 from volcano_monitor.simulator.state import (
     JOB_API,
@@ -233,7 +233,7 @@ def pod_object(pod: PodSim) -> Obj:
     spec: Obj = pod_template(task)["spec"]
     spec["containers"] = [container_spec(task, env)]
     spec |= {"schedulerName": "volcano", "serviceAccountName": "default", "terminationGracePeriodSeconds": 30,
-             "dnsPolicy": "ClusterFirst", "priority": PRIORITY_CLASSES.get(w.priority_class or "", 0),
+             "dnsPolicy": "ClusterFirst", "priority": priority_value(w.priority_class),
              "enableServiceLinks": True}
     if w.priority_class:
         spec["priorityClassName"] = w.priority_class

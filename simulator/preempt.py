@@ -9,7 +9,7 @@ pass does not evict again while the first victims terminate.
 An eviction is what Volcano's Evictor does: a Warning Event `Evict` on the pod ("Pod is evicted, because
 of preempt") and a Normal `Evict` on the victim's PodGroup, the pod's status written with the condition,
 then the pod deleted (graceful). The victim's job controller replaces the lost pod (or applies its
-`PodEvicted` policy). Priority comes from the PriorityClass the workload names (`PRIORITY_CLASSES`).
+`PodEvicted` policy). Priority comes from the PriorityClass the workload names (simulator.scenario's `priority_value`).
 """
 
 from __future__ import annotations
@@ -18,7 +18,7 @@ from collections.abc import Iterable
 
 from volcano_monitor.simulator.kubelet import GRACE_RUNNING, Kubelet
 from volcano_monitor.simulator.quantity import Resources
-from volcano_monitor.simulator.scenario import PRIORITY_CLASSES
+from volcano_monitor.simulator.scenario import priority_value
 from volcano_monitor.simulator.scheduler import node_reasons
 from volcano_monitor.simulator.specs import TaskSpec, Workload
 from volcano_monitor.simulator.state import NodeSim, PodSim, RunSim
@@ -27,7 +27,7 @@ EVICT_MESSAGE = "Pod is evicted, because of {}"
 
 
 def priority(workload: Workload) -> int:
-    return PRIORITY_CLASSES.get(workload.priority_class or "", 0)
+    return priority_value(workload.priority_class)
 
 
 def _fits(pod: PodSim, free: Resources) -> bool:

@@ -52,6 +52,15 @@ HOUR = 3600.0
 
 # PriorityClass values (the simulated cluster's PriorityClasses): Volcano orders and preempts by them.
 PRIORITY_CLASSES = {"high-priority": 1000, "low-priority": 100}
+# The classes of the recording `queue-order` (its mirror's cluster serves them instead of the above).
+RECORDED_PRIORITY_CLASSES = {"high": 1000, "low": 10}
+
+
+def priority_value(name: str | None) -> int:
+    """The value of the named PriorityClass (0 for none, as Volcano takes a PodGroup without a class).
+    Names are unique across the scenarios' class sets, so one lookup serves every scenario."""
+    return PRIORITY_CLASSES.get(name or "", RECORDED_PRIORITY_CLASSES.get(name or "", 0))
+
 
 WORKLOADS = (
     Workload(
@@ -243,7 +252,22 @@ RECORDED_WORKLOADS: dict[str, tuple[tuple[QueueSpec, ...], tuple[Workload, ...]]
         tuple(QueueSpec(f"root-{q}") for q in ("eng-prod", "eng-dev", "sci-prod", "sci-dev")),
         tuple(_nginx_job(f"{q}-job", f"root-{q}", "500m", 10, 1)
               for q in ("eng-prod", "eng-dev", "sci-prod", "sci-dev"))),
+    # Start order is not position order: `small` fits beside `holder` and starts while `big` (earlier, does
+    # not fit) waits; when `holder` ends `urgent` (high) and `plain` (no class, 0) start together, `big` last.
+    "queue-order": (
+        (QueueSpec("narrow", reclaimable=False, capability={"cpu": "4", "memory": "16Gi"}),),
+        (_job("holder", "narrow", (_busybox("worker", 1, cpu="3", runtime=14),), "holds 3 of the queue's 4 cpu"),
+         _job("big", "narrow", (_busybox("worker", 1, cpu="4", runtime=5),), "does not fit: waits for an empty queue",
+              start_after=2, priority_class="low"),
+         _job("small", "narrow", (_busybox("worker", 1, cpu="1", runtime=5),), "fits: starts beside holder",
+              start_after=3, priority_class="low"),
+         _job("urgent", "narrow", (_busybox("worker", 1, cpu="2", runtime=5),), "first once holder ends",
+              start_after=4, priority_class="high"),
+         _job("plain", "narrow", (_busybox("worker", 1, cpu="2", runtime=5),), "fits beside urgent; overtakes big",
+              start_after=5))),
 }
+# The PriorityClasses a mirror's cluster has, where they are not PRIORITY_CLASSES.
+RECORDED_CLASSES: dict[str, dict[str, int]] = {"queue-order": RECORDED_PRIORITY_CLASSES}
 
 
 # `queue-wait`: jobs queueing for a capped queue, for the wait-time histograms. `batch` (2 cpu) is shared by
@@ -358,7 +382,8 @@ DEMO_WORKLOADS = (
 def recorded_scenario(name: str) -> Scenario:
     queues, workloads = RECORDED_WORKLOADS[name]
     return Scenario(f"recorded-{name}", f"mirror of the recording of real Volcano: {name}", ("default",),
-                    KWOK_NODES, RECORDED_QUEUES + queues, workloads)
+                    KWOK_NODES, RECORDED_QUEUES + queues, workloads,
+                    priority_classes=RECORDED_CLASSES.get(name))
 
 
 SCENARIOS: dict[str, Scenario] = {

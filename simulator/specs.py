@@ -130,6 +130,8 @@ class Scenario:
     queues: tuple[QueueSpec, ...] = ()
     workloads: tuple[Workload, ...] = ()
     bulk: BulkSpec | None = None
+    # The cluster's PriorityClasses (name: value); None: simulator.scenario's PRIORITY_CLASSES.
+    priority_classes: Mapping[str, int] | None = None
 
     def configure(self, **params: Any) -> Scenario:
         """This scenario with its parameters applied; unknown parameters are an error."""

@@ -24,7 +24,7 @@ from tests.simulator.recorded_play import (
 SCENARIOS = (
     "job-completes", "tf-ps-worker-completes", "pod-oomkilled-job-fails", "pod-error-abort", "gang-too-big",
     "gang-unschedulable", "queue-capability-wait", "pod-rejected-outofcpu", "job-deleted-while-running",
-    "hierarchical-queues",
+    "hierarchical-queues", "queue-order",
 )  # not pod-oomkilled-gang2-restart-stuck: a Volcano bug (the Job stays Restarting forever)
 KINDS = ("jobs", "podgroups", "queues", "pods", "events")
 
