@@ -7,9 +7,14 @@ they are written in (NodeSpec, QueueSpec, TaskSpec, Workload, Scenario) are in s
 
 from __future__ import annotations
 
-from typing import Any
-
-from volcano_monitor.simulator.specs import BulkSpec, Exit, NodeSpec, QueueSpec, Scenario, TaskSpec, Workload
+from volcano_monitor.simulator.recorded_scenarios import (
+    KWOK_NODES,
+    RECORDED_CLASSES,
+    RECORDED_PRIORITY_CLASSES,
+    RECORDED_QUEUES,
+    RECORDED_WORKLOADS,
+)
+from volcano_monitor.simulator.specs import BulkSpec, NodeSpec, QueueSpec, Scenario, TaskSpec, Workload, busybox, job
 from volcano_monitor.simulator.usage import (
     BUSY,
     IDLE_GPU,
@@ -52,8 +57,6 @@ HOUR = 3600.0
 
 # PriorityClass values (the simulated cluster's PriorityClasses): Volcano orders and preempts by them.
 PRIORITY_CLASSES = {"high-priority": 1000, "low-priority": 100}
-# The classes of the recording `queue-order` (its mirror's cluster serves them instead of the above).
-RECORDED_PRIORITY_CLASSES = {"high": 1000, "low": 10}
 
 
 def priority_value(name: str | None) -> int:
@@ -185,99 +188,14 @@ CRON_WORKLOADS = (
     ),
 )
 
-# ---- mirrors of the recordings of real Volcano (../shared/volcano/recorded/v1.12.4) ---------------------
-# Same cluster (3 kwok nodes: 32 cpu, 256Gi, 8 GPUs, nothing reserved, no taints), same queues, same
-# jobs; tests/simulator/test_recorded_shapes.py plays each and compares it with its recording.
-
-KWOK_NODES = tuple(NodeSpec(f"kwok-node-{i}", 32, 256, gpus=8, instance_type="kwok", system_reserved=False,
-                            gpu_taint=False) for i in range(3))
-RECORDED_QUEUES = (QueueSpec("root", parent=None, reclaimable=False), QueueSpec("default"))
-
-
-def _busybox(name: str, replicas: int, cpu: str = "1", runtime: float | None = None, exit: Exit = "success",
-             exit_code: int = 0, memory_limit: str | None = None) -> TaskSpec:
-    """The recordings' busybox task: 1Gi requested, kwok plays it."""
-    return TaskSpec(name, replicas, cpu=cpu, memory="1Gi", memory_limit=memory_limit, image="busybox",
-                    container="main", runtime=runtime, exit=exit, exit_code=exit_code, profile=LIGHT)
-
-_EVICTED_RESTART = ({"event": "PodEvicted", "action": "RestartJob"},)
-
-
-def _job(name: str, queue: str, tasks: tuple[TaskSpec, ...], purpose: str, **kwargs: Any) -> Workload:
-    return Workload(name, "default", queue, tasks, purpose, repeat=False, **kwargs)
-
-
-def _nginx_job(name: str, queue: str, cpu: str, runtime: float, min_available: int) -> Workload:
-    """Volcano's examples/job.yaml: 6 nginx pods with the ssh/env/svc plugins."""
-    return _job(name, queue, (TaskSpec("default-nginx", 6, cpu=cpu, memory="", image="nginx", container="nginx",
-                                       runtime=runtime, restart_policy="OnFailure", profile=LIGHT),),
-                "examples/job.yaml", min_available=min_available, max_retry=5, policies=_EVICTED_RESTART,
-                plugins={"env": (), "ssh": (), "svc": ()})
-
-
-RECORDED_WORKLOADS: dict[str, tuple[tuple[QueueSpec, ...], tuple[Workload, ...]]] = {
-    "job-completes": ((), (_nginx_job("test-job", "default", "1", 12, 3),)),
-    "tf-ps-worker-completes": ((), (_job(
-        "tensorflow-dist-mnist", "default",
-        (TaskSpec("ps", 1, cpu="", memory="", image="volcanosh/dist-mnist-tf-example:0.0.1", container="tensorflow",
-                  runtime=None, profile=LIGHT),
-         TaskSpec("worker", 2, cpu="", memory="", image="volcanosh/dist-mnist-tf-example:0.0.1",
-                  container="tensorflow", runtime=5, profile=LIGHT,
-                  policies=({"event": "TaskCompleted", "action": "CompleteJob"},))),
-        "both workers succeed: CompleteJob, the ps pod is deleted while Running", min_available=3,
-        policies=_EVICTED_RESTART, plugins={"env": (), "svc": ()}),)),
-    "pod-oomkilled-job-fails": ((), (_job(
-        "oom", "default", (_busybox("trainer", 1, memory_limit="1Gi", runtime=3, exit="oom", exit_code=137),),
-        "OOMKilled after 3 s, RestartJob, maxRetry 2: two runs then Failed", max_retry=2,
-        policies=({"event": "PodFailed", "action": "RestartJob"},)),)),
-    "pod-error-abort": ((), (_job(
-        "crash", "default", (_busybox("worker", 2, runtime=3, exit="error", exit_code=1),),
-        "exit 1 after 3 s, AbortJob", policies=({"event": "PodFailed", "action": "AbortJob"},)),)),
-    "gang-too-big": ((), (_job("biggang", "default", (_busybox("worker", 4, cpu="30"),),
-                               "120 cpu > 96 in the cluster: never enqueued"),)),
-    "gang-unschedulable": ((), (_job("gang", "default", (_busybox("worker", 4, cpu="20"),),
-                                     "80 cpu <= 96 but one pod per node: admitted, never placed"),)),
-    "queue-capability-wait": (
-        (QueueSpec("small", reclaimable=False, capability={"cpu": "2", "memory": "4Gi"}),),
-        (_job("first", "small", (_busybox("worker", 2, runtime=15),), "fills the queue"),
-         _job("second", "small", (_busybox("worker", 1, runtime=3),), "waits for capability",
-              start_after=2))),
-    "pod-rejected-outofcpu": ((), (_job(
-        "rejected", "default", (_busybox("worker", 1, exit="rejected"),),
-        "the kubelet refuses the pod"),)),
-    "job-deleted-while-running": ((), (_job(
-        "longrun", "default", (_busybox("worker", 3),), "deleted while Running",
-        delete_after=6),)),
-    "hierarchical-queues": (
-        tuple(QueueSpec(f"root-{q}") for q in ("eng-prod", "eng-dev", "sci-prod", "sci-dev")),
-        tuple(_nginx_job(f"{q}-job", f"root-{q}", "500m", 10, 1)
-              for q in ("eng-prod", "eng-dev", "sci-prod", "sci-dev"))),
-    # Start order is not position order: `small` fits beside `holder` and starts while `big` (earlier, does
-    # not fit) waits; when `holder` ends `urgent` (high) and `plain` (no class, 0) start together, `big` last.
-    "queue-order": (
-        (QueueSpec("narrow", reclaimable=False, capability={"cpu": "4", "memory": "16Gi"}),),
-        (_job("holder", "narrow", (_busybox("worker", 1, cpu="3", runtime=14),), "holds 3 of the queue's 4 cpu"),
-         _job("big", "narrow", (_busybox("worker", 1, cpu="4", runtime=5),), "does not fit: waits for an empty queue",
-              start_after=2, priority_class="low"),
-         _job("small", "narrow", (_busybox("worker", 1, cpu="1", runtime=5),), "fits: starts beside holder",
-              start_after=3, priority_class="low"),
-         _job("urgent", "narrow", (_busybox("worker", 1, cpu="2", runtime=5),), "first once holder ends",
-              start_after=4, priority_class="high"),
-         _job("plain", "narrow", (_busybox("worker", 1, cpu="2", runtime=5),), "fits beside urgent; overtakes big",
-              start_after=5))),
-}
-# The PriorityClasses a mirror's cluster has, where they are not PRIORITY_CLASSES.
-RECORDED_CLASSES: dict[str, dict[str, int]] = {"queue-order": RECORDED_PRIORITY_CLASSES}
-
-
 # `queue-wait`: jobs queueing for a capped queue, for the wait-time histograms. `batch` (2 cpu) is shared by
 # `fifo` and `hold`; `hold`'s 2-cpu job fills it first, so the 30 `fifo` jobs (1 cpu, 10-20 s) are all
 # Pending before any starts, then run two at a time: waits spread from ~30 s to ~4 min (scenario time).
 WAIT_QUEUES = (QueueSpec("batch", capability={"cpu": "2", "memory": "64Gi"}), QueueSpec("hold", parent="batch"),
                QueueSpec("fifo", parent="batch"))
 WAIT_WORKLOADS = (
-    _job("hold", "hold", (_busybox("main", 1, cpu="2", runtime=40),), "fills `batch` while the fifo jobs queue"),
-    *(_job(f"fifo-{i:02d}", "fifo", (_busybox("main", 1, runtime=10 + (i * 7) % 11),), "waits its turn in `fifo`",
+    job("hold", "hold", (busybox("main", 1, cpu="2", runtime=40),), "fills `batch` while the fifo jobs queue"),
+    *(job(f"fifo-{i:02d}", "fifo", (busybox("main", 1, runtime=10 + (i * 7) % 11),), "waits its turn in `fifo`",
            start_after=10, priority_class=("low-priority", "high-priority")[i % 2]) for i in range(30)),
 )
 
@@ -287,7 +205,7 @@ WAIT_WORKLOADS = (
 MIXED_QUEUES = (QueueSpec("mixed", capability={"cpu": "4", "memory": "64Gi"}),)
 MIXED_WORKLOADS = tuple(
     Workload(f"mix-{i:02d}", "default", "mixed",
-             (_busybox("main", 1, cpu=str(1 + i % 3), runtime=60 + (i * 97) % 241),),
+             (busybox("main", 1, cpu=str(1 + i % 3), runtime=60 + (i * 97) % 241),),
              "a recurring job of the mixed-priority queue", start_after=20 * i, pause=120,
              priority_class=(None, "low-priority", "high-priority")[(i // 2) % 3])
     for i in range(12))
@@ -296,9 +214,9 @@ MIXED_WORKLOADS = tuple(
 # and Volcano's preempt action evicts two of the low-priority pods (which are replaced, and wait).
 PREEMPT_NODES = (NodeSpec("small-node-0", 4, 16, instance_type="kwok", system_reserved=False, gpu_taint=False),)
 PREEMPT_WORKLOADS = (
-    _job("batch", "shared", (_busybox("worker", 4, runtime=None),), "holds the node at low priority",
+    job("batch", "shared", (busybox("worker", 4, runtime=None),), "holds the node at low priority",
          priority_class="low-priority"),
-    _job("urgent", "shared", (_busybox("worker", 2, runtime=20),), "preempts two batch pods",
+    job("urgent", "shared", (busybox("worker", 2, runtime=20),), "preempts two batch pods",
          priority_class="high-priority", start_after=10),
 )
 
@@ -312,7 +230,7 @@ OOM_ANNOTATION = "volcano-monitor/oom-scale-up"
 def _needs_2gi(name: str, opt_in: str) -> Workload:
     task = TaskSpec("main", 1, cpu="1", memory="1Gi", memory_limit="1Gi", image="busybox", container="main",
                     runtime=40, profile=needs_memory(2 * 2**30, 20))
-    return _job(name, "default", (task,), f"needs 2Gi, limited to 1Gi: OOMKilled; oom-scale-up {opt_in}",
+    return job(name, "default", (task,), f"needs 2Gi, limited to 1Gi: OOMKilled; oom-scale-up {opt_in}",
                 max_retry=1, annotations={OOM_ANNOTATION: opt_in})
 
 
@@ -349,11 +267,11 @@ def _pinned(name: str, replicas: int, cpu: str, memory: str, node: str, runtime:
 
 
 PRESSURE_WORKLOADS = (
-    _job("cpu-etl", "default", (_pinned("worker", 3, "10", "24Gi", "gpu-node-01", 200, LIGHT),),
+    job("cpu-etl", "default", (_pinned("worker", 3, "10", "24Gi", "gpu-node-01", 200, LIGHT),),
          "GpuStranded: 3 CPU-only pods take 30 of gpu-node-01's 32 cores, its 4 GPUs are unusable for 200 s"),
-    _job("hot-serve", "default", (_pinned("server", 1, "6", "8Gi", "hot-node-01", None, HOT),),
+    job("hot-serve", "default", (_pinned("server", 1, "6", "8Gi", "hot-node-01", None, HOT),),
          "NodeHot: requests 6 cores, uses 7.5", priority_class="high-priority"),
-    _job("hot-batch", "default", (_pinned("worker", 1, "6", "8Gi", "hot-node-01", None, HOT),),
+    job("hot-batch", "default", (_pinned("worker", 1, "6", "8Gi", "hot-node-01", None, HOT),),
          "NodeHot: requests 6 cores, uses 7.5", priority_class="low-priority"),
 )
 

@@ -11,7 +11,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
 from typing import Any, Literal
 
-from volcano_monitor.simulator.usage import BUSY, UsageProfile
+from volcano_monitor.simulator.usage import BUSY, LIGHT, UsageProfile
 
 A100 = "NVIDIA-A100-SXM4-80GB"
 
@@ -148,3 +148,16 @@ class Scenario:
         if any(v < 0 for v in values.values()):
             raise ValueError("scenario parameters must not be negative")
         return replace(self, bulk=replace(self.bulk, **values))
+
+
+# ---- shorthands the scenarios are written with ---------------------------------------------------------
+
+def busybox(name: str, replicas: int, cpu: str = "1", runtime: float | None = None, exit: Exit = "success",
+             exit_code: int = 0, memory_limit: str | None = None) -> TaskSpec:
+    """The recordings' busybox task: 1Gi requested, kwok plays it."""
+    return TaskSpec(name, replicas, cpu=cpu, memory="1Gi", memory_limit=memory_limit, image="busybox",
+                    container="main", runtime=runtime, exit=exit, exit_code=exit_code, profile=LIGHT)
+
+
+def job(name: str, queue: str, tasks: tuple[TaskSpec, ...], purpose: str, **kwargs: Any) -> Workload:
+    return Workload(name, "default", queue, tasks, purpose, repeat=False, **kwargs)

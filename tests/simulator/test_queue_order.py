@@ -15,7 +15,7 @@ import pytest
 
 from tests.recorded import Recorded, load
 from tests.simulator.recorded_play import collapse, play, podgroup_phases, recorded
-from volcano_monitor.simulator.scenario import RECORDED_WORKLOADS
+from volcano_monitor.simulator.recorded_scenarios import RECORDED_WORKLOADS
 
 NAME = "queue-order"
 WORKLOADS = tuple(w.name for w in RECORDED_WORKLOADS[NAME][1])
