@@ -26,17 +26,19 @@ ANNOTATIONS = {"summary", "description", "runbook_url"}
 
 # The labels each alert is identified by (besides alertname and severity): one alert per Job, PodGroup,
 # queue and resource, or scrape job; never per pod or per scrape target.
-JOB = {"namespace", "job_name", "queue"}
+# Every alert is also per `cluster` (issue 32): several clusters' series in one Prometheus or Thanos carry
+# it, and two clusters' alerts must never merge; without the label it is simply empty.
+JOB = {"cluster", "namespace", "job_name", "queue"}
 IDENTITY: dict[str, set[str]] = {
     "VolcanoJobFailed": JOB,
     "VolcanoJobPendingTooLong": JOB,
-    "VolcanoPodGroupUnschedulable": {"namespace", "podgroup", "queue", "job_name"},
-    "VolcanoQueueAtCapability": {"queue", "resource", "unit"},
+    "VolcanoPodGroupUnschedulable": {"cluster", "namespace", "podgroup", "queue", "job_name"},
+    "VolcanoQueueAtCapability": {"cluster", "queue", "resource", "unit"},
     "VolcanoJobLowCPUUtilization": JOB,
     "VolcanoGPUIdle": JOB,
-    "VolcanoExporterDown": {"job", "namespace"},
-    "VolcanoExporterNotSynced": {"job", "namespace", "resource"},
-    "VolcanoWatchdogNotificationsFailing": {"job", "namespace", "receiver"},
+    "VolcanoExporterDown": {"cluster", "job", "namespace"},
+    "VolcanoExporterNotSynced": {"cluster", "job", "namespace", "resource"},
+    "VolcanoWatchdogNotificationsFailing": {"cluster", "job", "namespace", "receiver"},
 }
 
 
@@ -215,6 +217,51 @@ def test_alert_labels_are_the_intended_ones_and_never_a_targets(name: str) -> No
     assert "instance" not in labels and "instance" not in rule.get("labels", {}), name
     assert labels == IDENTITY[name], f"{name}: labels {sorted(labels)}, intended {sorted(IDENTITY[name])}"
     assert set(rule.get("labels", {})) == {"severity"}, f"{name}: extra static labels {rule.get('labels')}"
+
+
+def _cluster_blind(node: Any) -> list[str]:
+    """The aggregations and `on (...)` joins in `node` that leave `cluster` out: each would merge two
+    clusters' series or match one cluster's series with another's. `ignoring (...)` and `without`
+    keep it, as long as they do not name it."""
+    found: list[str] = []
+    if isinstance(node, pp.AggregateExpr):
+        modifier = node.modifier
+        labels = set(modifier.labels) if modifier is not None else set()
+        if (modifier is None or modifier.type == pp.AggModifierType.By) != ("cluster" in labels):
+            found.append(str(node))
+        found += _cluster_blind(node.expr)
+    elif isinstance(node, pp.BinaryExpr):
+        matching = node.modifier.matching if node.modifier is not None else None
+        if matching is not None and (matching.type == pp.LabelModifierType.Include) != ("cluster" in matching.labels):
+            found.append(str(node))
+        found += _cluster_blind(node.lhs) + _cluster_blind(node.rhs)
+    elif isinstance(node, pp.ParenExpr | pp.UnaryExpr | pp.SubqueryExpr):
+        found += _cluster_blind(node.expr)
+    elif isinstance(node, pp.Call):
+        for arg in node.args:
+            found += _cluster_blind(arg)
+    return found
+
+
+@pytest.mark.parametrize(("expr", "blind"), [
+    ("sum by (cluster, a) (x) * on (cluster, a) group_left (b) max by (cluster, a, b) (y)", False),
+    ("x unless ignoring (state) y", False),
+    ("count without (instance) (x)", False),
+    ("sum by (a) (x)", True),
+    ("sum(x)", True),
+    ("x and on (a) y", True),
+    ("x unless ignoring (cluster) y", True),
+    ("time() - max by (a) (x) < 3600", True),
+])
+def test_cluster_blind(expr: str, blind: bool) -> None:
+    assert bool(_cluster_blind(pp.parse(expr))) == blind
+
+
+@pytest.mark.parametrize("name", sorted(IDENTITY))
+def test_every_aggregation_and_join_keeps_the_cluster(name: str) -> None:
+    """Issue 32: several clusters' series in one Prometheus or Thanos, told apart by `cluster`. The
+    absent() of VolcanoExporterDown is no aggregation: it sees every cluster at once (docs/runbooks.md)."""
+    assert _cluster_blind(pp.parse(BY_NAME[name]["expr"])) == [], name
 
 
 # ---- the promtool unit tests cover every alert ------------------------------------------------------
