@@ -23,17 +23,25 @@ from grafana_foundation_sdk.models.prometheus import PromQueryFormat
 DATASOURCE = dm.DataSourceRef(type_val="prometheus", uid="${datasource}")
 TAGS = ["volcano", "volcano-monitor"]
 
+# The `cluster` variable's matcher, in every selector of every query. Prometheus external labels or the
+# chart's ServiceMonitor relabelling add the label (docs/dashboards.md#several-clusters); "All" is `.*`,
+# which also matches a series without the label (its value is empty), so a single-cluster Prometheus
+# without the label sees every series as before. Every `by (...)` and `on(...)` keeps `cluster` too, so
+# two clusters' same-named queues, jobs and pods are never merged or joined to each other.
+CLUSTER = 'cluster=~"$cluster"'
+
 # Per-container usage series. cAdvisor also exports a pod-level cgroup (container="") and the pause
 # container (container="POD"): counting them would add every pod's usage twice.
-CPU_USED = 'rate(container_cpu_usage_seconds_total{container!="", container!="POD"}[$__rate_interval])'
-MEMORY_USED = 'container_memory_working_set_bytes{container!="", container!="POD"}'
+CPU_USED = ('rate(container_cpu_usage_seconds_total{cluster=~"$cluster", container!="", container!="POD"}'
+            '[$__rate_interval])')
+MEMORY_USED = 'container_memory_working_set_bytes{cluster=~"$cluster", container!="", container!="POD"}'
 # DCGM utilisation in percent, one series per GPU a pod holds (pod="": a GPU no pod holds), in either
 # label style: `namespace/pod/container` (scraped with honorLabels) as it is, `exported_namespace/
 # exported_pod/exported_container` (the exporter pod's target labels won) copied into those (label_join
-# of one label copies it), so every join `on(namespace, pod)` works with both (docs/external-metrics.md;
+# of one label copies it), so every join `on(cluster, namespace, pod)` works with both (docs/external-metrics.md;
 # the watchdog detects the style).
-GPU_UTIL = ('(DCGM_FI_DEV_GPU_UTIL{exported_pod="", pod!=""} or label_join(label_join(label_join('
-            'DCGM_FI_DEV_GPU_UTIL{exported_pod!=""}, "namespace", "", "exported_namespace"), '
+GPU_UTIL = ('(DCGM_FI_DEV_GPU_UTIL{cluster=~"$cluster", exported_pod="", pod!=""} or label_join(label_join(label_join('
+            'DCGM_FI_DEV_GPU_UTIL{cluster=~"$cluster", exported_pod!=""}, "namespace", "", "exported_namespace"), '
             '"pod", "", "exported_pod"), "container", "", "exported_container"))')
 
 # (resource label value, display name, Grafana unit) of the resources the dashboards chart.
@@ -55,7 +63,8 @@ def attributed(usage: str, matchers: str, labels: Sequence[str]) -> str:
     """
     keep = ", ".join(labels)
     by = ", ".join(("namespace", "pod", *labels))
-    return f"{usage} * on(namespace, pod) group_left({keep}) max by ({by}) (volcano_pod_info{{{matchers}}})"
+    return (f"{usage} * on(cluster, namespace, pod) group_left({keep}) "
+            f"max by (cluster, {by}) (volcano_pod_info{{{matchers}}})")
 
 
 def running_requests(matchers: str, resource: str) -> str:
@@ -63,8 +72,8 @@ def running_requests(matchers: str, resource: str) -> str:
     but use nothing, so they would make every running workload look idle. Parenthesised: `and` binds
     more loosely than arithmetic."""
     requests = selector(matchers, f'resource="{resource}"')
-    running = 'volcano_pod_status_phase{phase="Running"}'
-    return f"(volcano_pod_resource_requests{{{requests}}} and on(namespace, pod) {running})"
+    running = f'volcano_pod_status_phase{{{CLUSTER}, phase="Running"}}'
+    return f"(volcano_pod_resource_requests{{{requests}}} and on(cluster, namespace, pod) {running})"
 
 
 @dataclass(frozen=True)
@@ -198,8 +207,9 @@ def table_panel(title: str, description: str, columns: Sequence[Column], *, widt
 
 
 JOB_LINK = ("/d/volcano-job/volcano-job?var-namespace=${__data.fields.namespace}&var-job_name=${__value.raw}"
-            "&${datasource:queryparam}&${__url_time_range}")
-QUEUE_LINK = "/d/volcano-queue/volcano-queue?var-queue=${__value.raw}&${datasource:queryparam}&${__url_time_range}"
+            "&${cluster:queryparam}&${datasource:queryparam}&${__url_time_range}")
+QUEUE_LINK = ("/d/volcano-queue/volcano-queue?var-queue=${__value.raw}&${cluster:queryparam}"
+              "&${datasource:queryparam}&${__url_time_range}")
 
 
 def _link(title: str, url: str) -> dm.DynamicConfigValue:
@@ -208,6 +218,13 @@ def _link(title: str, url: str) -> dm.DynamicConfigValue:
 
 def datasource_variable() -> Builder[dm.VariableModel]:
     return db.DatasourceVariable("datasource").label("Data source").type("prometheus")
+
+
+def cluster_variable() -> Builder[dm.VariableModel]:
+    """`cluster`, from the exporter's build info (one series per replica, always there while it is
+    scraped). Without the label it offers only "All" (`.*`), which matches every series: Grafana cannot
+    hide a variable that has no values, so it stays visible and harmless."""
+    return query_variable("cluster", "Cluster", "label_values(volcano_exporter_build_info, cluster)", multi=True)
 
 
 def query_variable(name: str, label: str, query: str, *, multi: bool,

@@ -9,6 +9,7 @@ from __future__ import annotations
 from grafana_foundation_sdk.models.dashboard import Dashboard
 
 from volcano_monitor.dashboards.common import (
+    CLUSTER,
     CPU_USED,
     GPU_UTIL,
     Column,
@@ -17,6 +18,7 @@ from volcano_monitor.dashboards.common import (
     attributed,
     bargauge_panel,
     build_dashboard,
+    cluster_variable,
     datasource_variable,
     query_variable,
     running_requests,
@@ -28,14 +30,14 @@ from volcano_monitor.dashboards.common import (
 
 UID = "volcano-efficiency"
 TITLE = "Volcano efficiency and recommendations"
-Q = 'queue=~"$queue"'
+Q = f'{CLUSTER}, queue=~"$queue"'
 N = 'namespace=~"$namespace"'
 QN = selector(Q, N)
 HOUR = 3600
 
 # Every watchdog replica reads the same database and serves the same values: one copy per label set.
-WASTED = "max by (queue) (volcano_watchdog_queue_wasted_{}{{{}}})"
-EFFICIENCY = f"max by (namespace, job_name, queue, resource) (volcano_watchdog_job_efficiency_ratio{{{QN}}})"
+WASTED = "max by (cluster, queue) (volcano_watchdog_queue_wasted_{}{{{}}})"
+EFFICIENCY = f"max by (cluster, namespace, job_name, queue, resource) (volcano_watchdog_job_efficiency_ratio{{{QN}}})"
 JOB = "namespace, job_name, queue"
 WORKLOAD = "namespace, workload, task, container"
 
@@ -43,11 +45,16 @@ WORKLOAD = "namespace, workload, task, container"
 def _idle_per_pod(resource: str, used: str) -> str:
     """Requested minus used, per running pod, never below 0 (a pod above its request wastes nothing,
     and must not hide another pod's waste in a sum)."""
-    return f"clamp_min({running_requests(QN, resource)} - on(namespace, pod) group_left() ({used}), 0)"
+    return f"clamp_min({running_requests(QN, resource)} - on(cluster, namespace, pod) group_left() ({used}), 0)"
 
 
-IDLE_CORES = _idle_per_pod("cpu", f"sum by (namespace, pod) ({CPU_USED})")
-IDLE_GPUS = _idle_per_pod("nvidia_com_gpu", f"sum by (namespace, pod) ({GPU_UTIL}) / 100")
+IDLE_CORES = _idle_per_pod("cpu", f"sum by (cluster, namespace, pod) ({CPU_USED})")
+IDLE_GPUS = _idle_per_pod("nvidia_com_gpu", f"sum by (cluster, namespace, pod) ({GPU_UTIL}) / 100")
+
+
+def _alerts(kind: str) -> str:
+    """Unresolved watchdog alerts of one kind (every replica serves the same counts: one copy each)."""
+    return f'sum(max by (cluster, kind, severity, state) (volcano_watchdog_alerts{{{CLUSTER}, kind="{kind}"}}))'
 
 
 def _finished() -> list[Panel]:
@@ -75,36 +82,38 @@ def _live() -> list[Panel]:
     return [
         timeseries_panel("Idle requested cores by namespace", "Cores requested by running pods but not used "
                          "(request minus cAdvisor usage, per pod, at least 0).",
-                         [Query(f"sum by (namespace) ({IDLE_CORES})", "{{namespace}}")], stacked=True),
+                         [Query(f"sum by (cluster, namespace) ({IDLE_CORES})", "{{namespace}}")], stacked=True),
         timeseries_panel("Idle requested GPUs by namespace", "GPUs requested by running pods but idle (request minus "
                          "DCGM utilisation / 100, per pod, at least 0).",
-                         [Query(f"sum by (namespace) ({IDLE_GPUS})", "{{namespace}}")], stacked=True),
+                         [Query(f"sum by (cluster, namespace) ({IDLE_GPUS})", "{{namespace}}")], stacked=True),
         bargauge_panel("Wasted core-hours by namespace, time range", "Idle requested cores summed over the selected "
                        "time range (5-minute steps), in core-hours.",
-                       [Query(f"sort_desc(sum_over_time((sum by (namespace) ({IDLE_CORES}))[$__range:5m]) / 12)",
+                       [Query("sort_desc(sum_over_time("
+                              f"(sum by (cluster, namespace) ({IDLE_CORES}))[$__range:5m]) / 12)",
                               "{{namespace}}")], width=12),
         bargauge_panel("Wasted GPU-hours by namespace, time range", "Idle requested GPUs summed over the selected "
                        "time range (5-minute steps), in GPU-hours.",
-                       [Query(f"sort_desc(sum_over_time((sum by (namespace) ({IDLE_GPUS}))[$__range:5m]) / 12)",
+                       [Query("sort_desc(sum_over_time("
+                              f"(sum by (cluster, namespace) ({IDLE_GPUS}))[$__range:5m]) / 12)",
                               "{{namespace}}")], width=12),
     ]
 
 
 def _idle_jobs() -> list[Panel]:
-    cpu_used = f"sum by ({JOB}) ({attributed(CPU_USED, QN, ('queue', 'job_name'))})"
-    cpu_requested = f"sum by ({JOB}) ({running_requests(QN, 'cpu')})"
-    gpu_util = f"avg by ({JOB}) ({attributed(GPU_UTIL, QN, ('queue', 'job_name'))}) / 100"
-    alerts = "sum(max by (kind, severity, state) (volcano_watchdog_alerts{{kind={}}}))"
+    cpu_used = f"sum by (cluster, {JOB}) ({attributed(CPU_USED, QN, ('queue', 'job_name'))})"
+    cpu_requested = f"sum by (cluster, {JOB}) ({running_requests(QN, 'cpu')})"
+    gpu_util = f"avg by (cluster, {JOB}) ({attributed(GPU_UTIL, QN, ('queue', 'job_name'))}) / 100"
     return [
         stat_panel("Idle jobs (watchdog)", "Unresolved JobIdle alerts: running jobs whose usage stayed far below "
                    "their request over the watchdog's idle window (all queues).",
-                   [Query(alerts.format('"JobIdle"'))], width=6, steps=((None, "green"), (1, "orange"))),
+                   [Query(_alerts("JobIdle"))], width=6, steps=((None, "green"), (1, "orange"))),
         stat_panel("Over-requested runs (watchdog)", "Unresolved OverRequested alerts: finished runs that used a "
                    "small fraction of their request (all queues).",
-                   [Query(alerts.format('"OverRequested"'))], width=6, steps=((None, "green"), (1, "orange"))),
+                   [Query(_alerts("OverRequested"))], width=6, steps=((None, "green"), (1, "orange"))),
         timeseries_panel("Idle alerts by severity (watchdog)", "Unresolved JobIdle alerts over time.",
-                         [Query("sum by (severity) (max by (kind, severity, state) "
-                                '(volcano_watchdog_alerts{kind="JobIdle"}))', "{{severity}}")], stacked=True),
+                         [Query("sum by (cluster, severity) (max by (cluster, kind, severity, state) "
+                                f'(volcano_watchdog_alerts{{{CLUSTER}, kind="JobIdle"}}))', "{{severity}}")],
+                         stacked=True),
         table_panel("Running jobs with the lowest CPU use", "CPU used / requested by the running pods of each job, "
                     "lowest 20.",
                     [Column(Query(f"bottomk(20, {cpu_used} / {cpu_requested})", "CPU used / requested"),
@@ -118,9 +127,9 @@ def _idle_jobs() -> list[Panel]:
 
 def _gpu_idle() -> list[Panel]:
     """The watchdog's GPU idle streaks (docs/gpu-idle.md): what its queues' limits and the abort act on."""
-    streak = f"max by ({JOB}) (volcano_watchdog_job_gpu_idle_seconds_total{{{QN}}})"
+    streak = f"max by (cluster, {JOB}) (volcano_watchdog_job_gpu_idle_seconds_total{{{QN}}})"
     no_data_matchers = selector(QN, 'state="no_gpu_data"')
-    no_data = f"max by ({JOB}) (volcano_watchdog_job_gpu_state{{{no_data_matchers}}}) == 1"
+    no_data = f"max by (cluster, {JOB}) (volcano_watchdog_job_gpu_state{{{no_data_matchers}}}) == 1"
     return [
         table_panel("Longest GPU idle streaks (watchdog)", "Seconds each running job's GPUs have all been idle "
                     "without a break (below the watchdog's gpu_idle.idle_util_percent), longest 20. Queue limits "
@@ -135,15 +144,14 @@ def _gpu_idle() -> list[Panel]:
 
 
 def _nodes() -> list[Panel]:
-    stranded = "max by (node) (volcano_watchdog_node_stranded_gpus)"  # served by the leader only
-    alerts = "sum(max by (kind, severity, state) (volcano_watchdog_alerts{{kind={}}}))"
+    stranded = f"max by (cluster, node) (volcano_watchdog_node_stranded_gpus{{{CLUSTER}}})"  # served by the leader only
     return [
         stat_panel("Stranded GPUs now (watchdog)", "Free GPUs no GPU pod can use because pods requesting no GPU "
                    "hold their node's CPU or memory (GpuStranded; all nodes).",
                    [Query(f"sum({stranded})")], width=6, no_value="-", steps=((None, "green"), (1, "orange"))),
         stat_panel("Hot nodes (watchdog)", "Unresolved NodeHot alerts: nodes whose used CPU or memory stayed above "
                    "the threshold of their allocatable (all nodes).",
-                   [Query(alerts.format('"NodeHot"'))], width=6, steps=((None, "green"), (1, "orange"))),
+                   [Query(_alerts("NodeHot"))], width=6, steps=((None, "green"), (1, "orange"))),
         timeseries_panel("Stranded GPUs by node (watchdog)", "GPUs held hostage per node over time: free, but the "
                          "CPU or memory a GPU pod needs is taken by CPU-only pods (see the GpuStranded alert for the "
                          "pods and their queues).", [Query(f"{stranded} > 0", "{{node}}")], stacked=True),
@@ -154,7 +162,7 @@ def _efficiency() -> list[Panel]:
     return [
         timeseries_panel("Median efficiency of finished runs by resource", "Used / requested resource-seconds, "
                          "median over the runs that finished in the last 24 hours (watchdog).",
-                         [Query(f"quantile by (resource) (0.5, {EFFICIENCY})", "{{resource}}")],
+                         [Query(f"quantile by (cluster, resource) (0.5, {EFFICIENCY})", "{{resource}}")],
                          unit="percentunit"),
         table_panel("Least efficient finished runs", "Used / requested of the runs that finished in the last 24 "
                     "hours, lowest 25 (watchdog; one row per job and resource).",
@@ -165,14 +173,15 @@ def _efficiency() -> list[Panel]:
 
 def _recommendations() -> list[Panel]:
     def rec(metric: str, bound: str) -> str:
-        matchers = selector(N, f'bound="{bound}"')
-        return f"max by ({WORKLOAD}) ({metric}{{{matchers}}})"
+        matchers = selector(CLUSTER, N, f'bound="{bound}"')
+        return f"max by (cluster, {WORKLOAD}) ({metric}{{{matchers}}})"
 
     columns = [Column(Query(rec("volcano_watchdog_recommendation_cpu_cores", bound), f"CPU {bound}"))
                for bound in ("target", "lower", "upper")]
     columns += [Column(Query(rec("volcano_watchdog_recommendation_memory_bytes", bound), f"memory {bound}"), "bytes")
                 for bound in ("target", "lower", "upper")]
-    columns.append(Column(Query(f"max by ({WORKLOAD}) (volcano_watchdog_recommendation_confidence{{{N}}})",
+    columns.append(Column(Query(f"max by (cluster, {WORKLOAD}) "
+                                f"(volcano_watchdog_recommendation_confidence{{{CLUSTER}, {N}}})",
                                 "confidence"), "percentunit"))
     return [table_panel("Recommended requests (watchdog)", "Per workload (job name without its run suffix), task "
                         "and container: the recommended CPU and memory request (target) with its lower and upper "
@@ -183,8 +192,8 @@ def _recommendations() -> list[Panel]:
 def build() -> Dashboard:
     return build_dashboard(
         UID, TITLE, "Wasted core/GPU-hours by queue and namespace, idle jobs, job efficiency, recommendations.",
-        [datasource_variable(),
-         query_variable("queue", "Queue", "label_values(volcano_queue_info, queue)", multi=True),
+        [datasource_variable(), cluster_variable(),
+         query_variable("queue", "Queue", f"label_values(volcano_queue_info{{{CLUSTER}}}, queue)", multi=True),
          query_variable("namespace", "Namespace", f"label_values(volcano_podgroup_info{{{Q}}}, namespace)",
                         multi=True)],
         [("Waste of finished runs (last 24 h)", _finished()),

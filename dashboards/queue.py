@@ -7,6 +7,7 @@ from __future__ import annotations
 from grafana_foundation_sdk.models.dashboard import Dashboard
 
 from volcano_monitor.dashboards.common import (
+    CLUSTER,
     CPU_USED,
     GPU_UTIL,
     MEMORY_USED,
@@ -16,6 +17,7 @@ from volcano_monitor.dashboards.common import (
     Query,
     attributed,
     build_dashboard,
+    cluster_variable,
     datasource_variable,
     query_variable,
     running_requests,
@@ -26,20 +28,20 @@ from volcano_monitor.dashboards.common import (
 
 UID = "volcano-queue"
 TITLE = "Volcano queue"
-Q = 'queue=~"$queue"'
-QUEUES = "label_values(volcano_queue_info, queue)"
+Q = f'{CLUSTER}, queue=~"$queue"'
+QUEUES = f"label_values(volcano_queue_info{{{CLUSTER}}}, queue)"
 UNSCHEDULABLE = 'type="Unschedulable"'
 
 
 def _summary() -> list[Panel]:
     return [
         stat_panel("State", "The queue's state: Open, Closing, Closed or Unknown.",
-                   [Query(f"max by (state) (volcano_queue_status_state{{{Q}}})", "{{state}}")], show_name=True,
+                   [Query(f"max by (cluster, state) (volcano_queue_status_state{{{Q}}})", "{{state}}")], show_name=True,
                    no_value="unknown"),
         stat_panel("Weight", "Weight for proportional sharing between queues.",
                    [Query(f"max(volcano_queue_spec_weight{{{Q}}})")]),
         stat_panel("Parent", "The parent queue (`spec.parent`; every queue but root has one).",
-                   [Query(f"max by (parent) (volcano_queue_info{{{Q}}})", "{{parent}}")], show_name=True,
+                   [Query(f"max by (cluster, parent) (volcano_queue_info{{{Q}}})", "{{parent}}")], show_name=True,
                    no_value="none (root)"),
         stat_panel("Running jobs", "Volcano Jobs in phase Running.",
                    [Query(f'sum(volcano_queue_jobs{{{Q}, phase="Running"}})')]),
@@ -76,27 +78,30 @@ def _work() -> list[Panel]:
     return [
         timeseries_panel("PodGroups by phase",
                          "The queue's PodGroups by phase, counted by the exporter from the PodGroups.",
-                         [Query(f"max by (phase) (volcano_queue_status_podgroups{{{Q}}})", "{{phase}}")],
+                         [Query(f"max by (cluster, phase) (volcano_queue_status_podgroups{{{Q}}})", "{{phase}}")],
                          width=8, stacked=True),
         timeseries_panel("Jobs by phase", "Volcano Jobs in the queue by phase.",
-                         [Query(f"sum by (phase) (volcano_queue_jobs{{{Q}}})", "{{phase}}")], width=8, stacked=True),
+                         [Query(f"sum by (cluster, phase) (volcano_queue_jobs{{{Q}}})", "{{phase}}")], width=8,
+                         stacked=True),
         timeseries_panel("Pods by phase", "The queue's pods by phase.",
-                         [Query(f"count by (phase) (volcano_pod_status_phase{{{Q}}})", "{{phase}}")],
+                         [Query(f"count by (cluster, phase) (volcano_pod_status_phase{{{Q}}})", "{{phase}}")],
                          width=8, stacked=True),
         table_panel("Unschedulable PodGroups", "PodGroups of the queue that the scheduler cannot place, with the "
                     "reason and how long ago the condition changed.",
-                    [Column(Query("time() - max by (namespace, podgroup) "
-                                  f"(volcano_podgroup_condition_last_transition_timestamp_seconds{{{UNSCHEDULABLE}}}) "
-                                  "* on(namespace, podgroup) group_left(reason) "
-                                  "max by (namespace, podgroup, reason) "
-                                  f'(volcano_podgroup_condition{{{UNSCHEDULABLE}, status="True"}}) '
-                                  "* on(namespace, podgroup) group_left(job_name) "
-                                  "max by (namespace, podgroup, job_name) "
+                    [Column(Query("time() - max by (cluster, namespace, podgroup) "
+                                  f"(volcano_podgroup_condition_last_transition_timestamp_seconds{{{CLUSTER}, "
+                                  f"{UNSCHEDULABLE}}}) "
+                                  "* on(cluster, namespace, podgroup) group_left(reason) "
+                                  "max by (cluster, namespace, podgroup, reason) "
+                                  f'(volcano_podgroup_condition{{{CLUSTER}, {UNSCHEDULABLE}, status="True"}}) '
+                                  "* on(cluster, namespace, podgroup) group_left(job_name) "
+                                  "max by (cluster, namespace, podgroup, job_name) "
                                   f"(volcano_podgroup_info{{{Q}}})", "unschedulable for"), "s")],
                     width=12, sort_by="unschedulable for"),
         timeseries_panel("Capability changes (watchdog)", "The watchdog's capability plans for this queue by outcome: "
                          "applied, dry_run, unchanged, held by a guardrail, conflict, failed.",
-                         [Query(f"sum by (outcome) (increase(volcano_watchdog_queue_capability_updates_total{{{Q}}}"
+                         [Query("sum by (cluster, outcome) "
+                                f"(increase(volcano_watchdog_queue_capability_updates_total{{{Q}}}"
                                 "[$__rate_interval]))", "{{outcome}}")], bars=True),
     ]
 
@@ -123,12 +128,16 @@ def _usage() -> list[Panel]:
                                 "requested")], width=8),
         table_panel("Jobs: usage vs requests", "The queue's jobs with running pods: requests of those pods and what "
                     "their containers use now.",
-                    [Column(Query(f"sum by ({key}) ({running_requests(Q, 'cpu')})", "CPU requested")),
-                     Column(Query(f"sum by ({key}) ({attributed(CPU_USED, Q, jobs)})", "CPU used")),
-                     Column(Query(f"sum by ({key}) ({running_requests(Q, 'memory')})", "memory requested"), "bytes"),
-                     Column(Query(f"sum by ({key}) ({attributed(MEMORY_USED, Q, jobs)})", "memory used"), "bytes"),
-                     Column(Query(f"sum by ({key}) ({running_requests(Q, 'nvidia_com_gpu')})", "GPUs requested")),
-                     Column(Query(f"avg by ({key}) ({attributed(GPU_UTIL, Q, jobs)}) / 100", "GPU utilisation"),
+                    [Column(Query(f"sum by (cluster, {key}) ({running_requests(Q, 'cpu')})", "CPU requested")),
+                     Column(Query(f"sum by (cluster, {key}) ({attributed(CPU_USED, Q, jobs)})", "CPU used")),
+                     Column(Query(f"sum by (cluster, {key}) ({running_requests(Q, 'memory')})", "memory requested"),
+                            "bytes"),
+                     Column(Query(f"sum by (cluster, {key}) ({attributed(MEMORY_USED, Q, jobs)})", "memory used"),
+                            "bytes"),
+                     Column(Query(f"sum by (cluster, {key}) ({running_requests(Q, 'nvidia_com_gpu')})",
+                                  "GPUs requested")),
+                     Column(Query(f"avg by (cluster, {key}) ({attributed(GPU_UTIL, Q, jobs)}) / 100",
+                                  "GPU utilisation"),
                             "percentunit")],
                     height=10, sort_by="CPU requested"),
     ]
@@ -137,7 +146,7 @@ def _usage() -> list[Panel]:
 def build() -> Dashboard:
     return build_dashboard(
         UID, TITLE, "One queue: limits over time, PodGroups, jobs and pods, and usage against requests.",
-        [datasource_variable(), query_variable("queue", "Queue", QUEUES, multi=False)],
+        [datasource_variable(), cluster_variable(), query_variable("queue", "Queue", QUEUES, multi=False)],
         [("Queue", _summary()),
          ("Resources", _resources()),
          ("PodGroups, jobs and pods", _work()),

@@ -12,12 +12,14 @@ from typing import Any
 
 import pytest
 
+from tests.dashboards.test_health import promtool_expr_test
 from tests.promql import (
     ROOT,
     documented_labels,
     documented_metrics,
     metric_names,
     promtool_check,
+    substitute_grafana_variables,
     vector_selectors,
 )
 from volcano_monitor.dashboards import generate
@@ -28,12 +30,15 @@ TITLES = {"Volcano overview", "Volcano queue", "Volcano job", "Volcano efficienc
           "volcano-monitor health"}
 # Variables each dashboard must offer (title -> names besides `datasource`), and whether multi-valued.
 VARIABLES = {
-    "Volcano overview": {"queue": True},
-    "Volcano queue": {"queue": False},
-    "Volcano job": {"namespace": False, "job_name": False},
-    "Volcano efficiency and recommendations": {"queue": True, "namespace": True},
-    "volcano-monitor health": {"exporter_scrape_job": True, "watchdog_scrape_job": True},
+    "Volcano overview": {"cluster": True, "queue": True},
+    "Volcano queue": {"cluster": True, "queue": False},
+    "Volcano job": {"cluster": True, "namespace": False, "job_name": False},
+    "Volcano efficiency and recommendations": {"cluster": True, "queue": True, "namespace": True},
+    "volcano-monitor health": {"cluster": True, "exporter_scrape_job": True, "watchdog_scrape_job": True},
 }
+# The label Prometheus external labels or the chart's ServiceMonitor relabelling add (docs/dashboards.md).
+CLUSTER = 'cluster=~"$cluster"'
+GROUPING = re.compile(r"\b(by|on|ignoring) ?\(([^)]*)\)")
 GRAFANA_BUILTINS = {"__rate_interval", "__interval", "__range", "__range_s"}
 VARIABLE_USE = re.compile(r"\$\{(\w+)(?::\w+)?\}|\$(\w+)|\[\[(\w+)\]\]")
 RESOURCE_VALUES = {"cpu", "memory", "nvidia_com_gpu"}
@@ -176,7 +181,7 @@ def test_only_documented_metrics_and_labels() -> None:
     for expr in _all_exprs():
         assert metric_names(expr) <= known, f"{expr}: undocumented {metric_names(expr) - known}"
         for sel in vector_selectors(expr):
-            names = {m.name for m in sel.matchers.matchers}
+            names = {m.name for m in sel.matchers.matchers} - {"cluster"}  # a target label, as job is
             if sel.name in labels:  # ours: only their own labels (never `job`/`instance`)
                 assert names <= labels[sel.name], f"{expr}: {sel.name} has no label {names - labels[sel.name]}"
             if sel.name.startswith("volcano_") and not sel.name.startswith("volcano_watchdog_"):
@@ -207,5 +212,95 @@ def test_usage_joins_attribute_pods_through_volcano_pod_info() -> None:
     uses = [e for e in _all_exprs() if metric_names(e) & set(external)]
     assert uses
     for expr in uses:
-        assert "on(namespace, pod)" in expr, expr
+        assert "on(cluster, namespace, pod)" in expr, expr
         assert metric_names(expr) & {"volcano_pod_info", "volcano_pod_resource_requests"}, expr
+
+
+# ---- several clusters ------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("dashboard", DASHBOARDS, ids=IDS)
+def test_the_cluster_variable_defaults_to_all_which_matches_series_without_the_label(
+        dashboard: dict[str, Any]) -> None:
+    variables = _variables(dashboard)
+    names = [v["name"] for v in dashboard["templating"]["list"]]
+    assert names[:2] == ["datasource", "cluster"], "cluster comes first: the others are filtered by it"
+    cluster = variables["cluster"]
+    assert cluster["query"] == "label_values(volcano_exporter_build_info, cluster)"
+    assert cluster["includeAll"] is True and cluster["allValue"] == ".*"
+    for name, v in variables.items():  # every other query variable offers the selected clusters' values only
+        if v["type"] == "query" and name != "cluster":
+            assert CLUSTER in v["query"], v["query"]
+
+
+def test_every_selector_filters_by_the_cluster_variable() -> None:
+    for expr in _all_exprs():
+        if expr == "volcano_exporter_build_info":  # the cluster variable's own query
+            continue
+        for sel in vector_selectors(expr):
+            matchers = [m for m in sel.matchers.matchers if m.name == "cluster"]
+            assert len(matchers) == 1, f"{expr}: {sel.name} has {len(matchers)} cluster matchers"
+        assert expr.count(CLUSTER) == len(vector_selectors(expr)), expr
+
+
+def test_every_aggregation_and_join_keeps_clusters_apart() -> None:
+    """Two clusters' same-named queues, jobs or pods are never summed together or joined to each other:
+    every `by (...)` and `on(...)` lists `cluster` (a series without the label has it empty, so one
+    cluster without the label groups as before)."""
+    for expr in _all_exprs():
+        for kind, labels in GROUPING.findall(expr):
+            names = {label.strip() for label in labels.split(",")}
+            if kind == "ignoring":
+                assert "cluster" not in names, expr
+            else:
+                assert "cluster" in names, f"{expr}: {kind} ({labels})"
+
+
+def test_links_between_dashboards_keep_the_cluster() -> None:
+    for dashboard in DASHBOARDS:
+        for panel in dashboard["panels"]:
+            for override in panel.get("fieldConfig", {}).get("overrides", []):
+                for prop in override["properties"]:
+                    if prop["id"] == "links":
+                        assert all("${cluster:queryparam}" in link["url"] for link in prop["value"]), panel["title"]
+
+
+def _panel_query(dashboard: str, panel: str, contains: str, cluster: str) -> str:
+    exprs = [e for d, p, e in generate.panel_queries() if d == dashboard and p == panel and contains in e]
+    assert len(exprs) == 1, (panel, exprs)
+    return substitute_grafana_variables(exprs[0], {"cluster": cluster, "queue": ".*", "namespace": "team",
+                                                   "job_name": "train", "__rate_interval": "2m"})
+
+
+def test_two_clusters_same_names_stay_apart_and_a_cluster_without_the_label_still_shows(tmp_path: Path) -> None:
+    """promtool on the panels' own queries: queue `default` and pod `team/train-worker-0` exist in clusters a
+    and b and in a Prometheus that adds no label; All shows each once, a selected cluster only its own,
+    and the usage join matches each pod's usage to its own cluster's pod (no many-to-many error)."""
+    weight = ("Volcano overview", "Queues now", "volcano_queue_spec_weight")
+    cpu = ("Volcano job", "Pods", "container_cpu_usage_seconds_total")
+    series = []
+    for cluster, value in (("a", 1), ("b", 2), ("", 3)):
+        label = f'cluster="{cluster}",' if cluster else ""
+        pod = f'{label}namespace="team",pod="train-worker-0"'
+        series += [
+            {"series": f'volcano_queue_spec_weight{{{label}queue="default"}}', "values": f"{value}x10"},
+            {"series": f'volcano_pod_info{{{pod},queue="default",job_name="train",task="worker",node="n{value}"}}',
+             "values": "1x10"},
+            {"series": f'container_cpu_usage_seconds_total{{{pod},container="main"}}', "values": f"0+{60 * value}x10"},
+        ]
+
+    def sample(cluster: str, **labels: str | int) -> dict[str, Any]:
+        value = labels.pop("value")
+        text = ",".join(f'{k}="{v}"' for k, v in {"cluster": cluster, **labels}.items() if v)
+        return {"labels": "{" + text + "}", "value": value}
+
+    promtool_expr_test(tmp_path, [{"interval": "1m", "input_series": series, "promql_expr_test": [
+        {"expr": _panel_query(*weight, ".*"), "eval_time": "5m",
+         "exp_samples": [sample(c, queue="default", value=v) for c, v in (("a", 1), ("b", 2), ("", 3))]},
+        {"expr": _panel_query(*weight, "b"), "eval_time": "5m", "exp_samples": [sample("b", queue="default", value=2)]},
+        {"expr": _panel_query(*cpu, ".*"), "eval_time": "5m",
+         "exp_samples": [sample(c, pod="train-worker-0", task="worker", node=f"n{v}", value=v)
+                         for c, v in (("a", 1), ("b", 2), ("", 3))]},
+        {"expr": _panel_query(*cpu, "a"), "eval_time": "5m",
+         "exp_samples": [sample("a", pod="train-worker-0", task="worker", node="n1", value=1)]},
+    ]}])

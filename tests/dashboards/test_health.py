@@ -29,7 +29,7 @@ TARGET = 'job="volcano-exporter",namespace="monitoring"'
 def query(panel: str, contains: str = "") -> str:
     exprs = [e for d, p, e in panel_queries() if d == DASHBOARD and p == panel and contains in e]
     assert len(exprs) == 1, (panel, exprs)
-    return substitute_grafana_variables(exprs[0])
+    return substitute_grafana_variables(exprs[0], {"cluster": ".*"})  # All: series without the label
 
 
 def exporter_series(pods_forbidden: bool) -> list[dict[str, str]]:

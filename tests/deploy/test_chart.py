@@ -10,9 +10,11 @@ import sys
 from pathlib import Path
 from typing import Any
 
+import jsonschema
 import pytest
 import yaml
 
+from tests.crdschema import _strict as strict_schema
 from tests.deploy.chart import (
     CHART,
     CI_VALUES,
@@ -437,6 +439,48 @@ def test_compat_families_are_relabeled_for_volcanos_dashboards_only_with_the_val
         by_name = {m["metadata"]["name"]: m["spec"]["endpoints"][0] for m in monitors}
         assert by_name["volcano-monitor-exporter"].get("metricRelabelings") == expected
         assert "metricRelabelings" not in by_name["volcano-monitor-watchdog"]
+
+
+SERVICE_MONITOR_CRD = ROOT.parent / "shared" / "prometheus-operator" / "crds" / \
+    "monitoring.coreos.com_servicemonitors.yaml"
+
+
+def service_monitor_errors(monitor: dict[str, Any]) -> list[str]:
+    """`monitor` checked against the Prometheus Operator's ServiceMonitor CRD, strictly as tests/crdschema.py
+    checks Volcano's kinds: the API server would prune a misspelt field (a `targetlabel`) silently."""
+    crd = yaml.safe_load(SERVICE_MONITOR_CRD.read_text())
+    (version,) = [v for v in crd["spec"]["versions"] if v["name"] == monitor["apiVersion"].split("/")[1]]
+    validator = jsonschema.Draft7Validator(strict_schema(version["schema"]["openAPIV3Schema"]))
+    return [f"{'.'.join(map(str, e.absolute_path))}: {e.message[:200]}" for e in validator.iter_errors(monitor)]
+
+
+def test_service_monitor_validation_is_not_a_no_op() -> None:
+    monitor = of_kind(render(values=(ALL_ON,)), "ServiceMonitor")[0]
+    assert service_monitor_errors(monitor) == []
+    monitor["spec"]["endpoints"][0]["relabelings"][0]["targetlabel"] = "cluster"
+    assert service_monitor_errors(monitor)
+
+
+def test_cluster_label_is_added_to_every_series_only_when_set() -> None:
+    """serviceMonitor.clusterLabel: both ServiceMonitors relabel every target with `cluster: <value>` (for
+    several clusters in one Prometheus or Thanos: docs/deploy.md#several-clusters); unset, no label."""
+    for sets, cluster in ((("serviceMonitor.clusterLabel=prod-eu",), "prod-eu"), ((), None)):
+        monitors = of_kind(render(values=(ALL_ON,), sets=sets), "ServiceMonitor")
+        assert len(monitors) == 2
+        for monitor in monitors:
+            assert service_monitor_errors(monitor) == [], monitor["metadata"]["name"]
+            relabelings = monitor["spec"]["endpoints"][0]["relabelings"]
+            added = [r for r in relabelings if r["targetLabel"] == "cluster"]
+            if cluster is None:
+                assert added == []
+            else:
+                assert added == [{"action": "replace", "targetLabel": "cluster", "replacement": cluster}]
+                assert relabelings[0]["targetLabel"] == "job"  # the job label is kept
+    # A value YAML would read as a number or a boolean stays a string, as the CRD requires.
+    (monitor, _) = of_kind(render(sets=("serviceMonitor.enabled=true", "serviceMonitor.clusterLabel=1")),
+                           "ServiceMonitor")
+    assert monitor["spec"]["endpoints"][0]["relabelings"][-1]["replacement"] == "1"
+    assert service_monitor_errors(monitor) == []
 
 
 def test_cardinality_values_reach_the_exporter_as_it_parses_them(tmp_path: Path) -> None:

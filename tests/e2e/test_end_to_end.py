@@ -165,8 +165,8 @@ def test_every_dashboard_panel_has_data(stack: dict[str, Any]) -> None:
     prometheus = stack["prometheus"]
     panels = panel_queries()
     assert len(panels) >= 25
-    values = {"queue": ".*", "namespace": ".*", "job_name": ".*", "datasource": "prometheus", "task": ".*",
-              "__rate_interval": "30s", "exporter_scrape_job": "volcano-exporter",
+    values = {"cluster": ".*", "queue": ".*", "namespace": ".*", "job_name": ".*", "datasource": "prometheus",
+              "task": ".*", "__rate_interval": "30s", "exporter_scrape_job": "volcano-exporter",
               "watchdog_scrape_job": "volcano-watchdog"}
     # A panel shows data when one of its queries returns some (a panel of capability, guarantee and
     # allocated still shows with no guarantee set).
