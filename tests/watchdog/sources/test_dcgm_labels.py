@@ -110,7 +110,9 @@ def test_collector_detects_the_style_and_reads_the_gpus_of_the_right_pods(
         assert not {pod for _, pod in wrong_gpu if _prefix(pod) in ("idle", "busy")}
 
         # The dashboards' and alert rules' selector reads either style as namespace/pod of the GPU's pod.
-        found = {(r["metric"]["namespace"], _prefix(r["metric"]["pod"])) for r in prom.query(GPU_UTIL)}
+        # ($cluster as Grafana's "All" sends it: the series carry no cluster label here)
+        gpu_util = GPU_UTIL.replace("$cluster", ".*")
+        found = {(r["metric"]["namespace"], _prefix(r["metric"]["pod"])) for r in prom.query(gpu_util)}
         assert found == {("default", "idle"), ("default", "busy")}
 
         # The VolcanoGPUIdle rule's expression (15-minute averages over the few seconds there are) finds the
