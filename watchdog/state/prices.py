@@ -207,7 +207,10 @@ def delete_runs(session: Session | Connection, where: ColumnElement[bool] | Sequ
     return len(gone)
 
 
-def queue_cost_totals(session: Session, costs: Costs) -> dict[str, tuple[float, float, float]]:
+CostTotals = dict[str, tuple[float, float, float]]  # queue -> (requested, used, idle)
+
+
+def queue_cost_totals(session: Session, costs: Costs) -> CostTotals:
     """Per queue, (requested, used, idle) of every run the ledger holds plus what retention retired."""
     dialect = session.get_bind().dialect.name
     totals: dict[str, tuple[float, float, float]] = {}

@@ -32,7 +32,12 @@ from volcano_monitor.watchdog.findings.why import Expected, Explain, no_estimate
 from volcano_monitor.watchdog.state.db.models import Alert, JobRun
 from volcano_monitor.watchdog.views.guard import AUTH_RESPONSES, check_writes_guarded, token_guard
 from volcano_monitor.watchdog.views.health import Health, QueueView, utcnow
-from volcano_monitor.watchdog.views.metrics import CONTENT_TYPE, RecommendationCache, render_metrics
+from volcano_monitor.watchdog.views.metrics import (
+    CONTENT_TYPE,
+    cost_totals_cache,
+    recommendation_cache,
+    render_metrics,
+)
 from volcano_monitor.watchdog.views.report.api import report_router
 from volcano_monitor.watchdog.views.resolve import store_resolve_request, wait_for_request
 from volcano_monitor.watchdog.views.schema import (
@@ -110,7 +115,8 @@ def create_app(engine: Engine, settings: Settings, health: Health, clock: Callab
     app.add_middleware(JsonBodies)
     require_token = token_guard(settings)
     writes = APIRouter(dependencies=[Depends(require_token)], responses=AUTH_RESPONSES)
-    cache = RecommendationCache(settings.recommendations, recommendation_ttl_seconds)
+    cache = recommendation_cache(settings.recommendations, recommendation_ttl_seconds)
+    cost_cache = cost_totals_cache(settings.costs, recommendation_ttl_seconds)
     app.state.engine = engine
 
     @app.exception_handler(SQLAlchemyError)
@@ -135,8 +141,8 @@ def create_app(engine: Engine, settings: Settings, health: Health, clock: Callab
              responses={200: {"content": {CONTENT_TYPE: {}}, "description": "Prometheus text format 0.0.4."}})
     def metrics(session: Db) -> Response:
         now = clock()
-        return Response(render_metrics(session, health, now, cache.get(session, now), settings.costs),
-                        media_type=CONTENT_TYPE)
+        return Response(render_metrics(session, health, now, cache.get(session, now), settings.costs,
+                                       cost_cache.get(session, now)), media_type=CONTENT_TYPE)
 
     @app.get("/api/v1/alerts", response_model=AlertPage, tags=["alerts"])
     def list_alerts(session: Db, state: Literal["pending", "firing", "resolved"] | None = None, kind: Text = None,

@@ -19,9 +19,10 @@ from volcano_monitor.watchdog.runtime.settings import Retention
 from volcano_monitor.watchdog.state.cost_settings import Costs
 from volcano_monitor.watchdog.state.db.models import JobRun
 from volcano_monitor.watchdog.state.ledger import enforce_retention
+from volcano_monitor.watchdog.state.prices import queue_cost_totals
 from volcano_monitor.watchdog.views.api import create_app
 from volcano_monitor.watchdog.views.health import Health
-from volcano_monitor.watchdog.views.metrics import render_metrics
+from volcano_monitor.watchdog.views.metrics import EMPTY_TTL_SECONDS, TtlCache, render_metrics
 from volcano_monitor.watchdog.views.report.compute import compute_report
 
 COSTS = Costs.model_validate({"currency": "EUR", "prices": PRICES})
@@ -94,3 +95,37 @@ def test_a_run_is_retired_once_however_many_passes_delete_it(engine: Engine) -> 
     after = counters(engine)
     for key, value in before.items():
         assert after[key] == pytest.approx(value, rel=1e-9), key
+
+
+def test_the_whole_ledger_is_summed_once_per_ttl_not_once_per_scrape(engine: Engine) -> None:
+    """The totals group every ledger row (seconds on a long history): /metrics reads them through a TTL cache
+    that keeps the last good value when the database fails, and looks again soon while there is nothing."""
+    insert(engine, make_rows(), [])
+    calls: list[int] = []
+
+    def compute(session: Session, now: object) -> dict[str, tuple[float, float, float]]:
+        calls.append(1)
+        if len(calls) == 3:
+            raise RuntimeError("database gone")
+        return queue_cost_totals(session, COSTS)
+
+    cache = TtlCache(compute, ttl_seconds=300, what="cost totals")
+    with Session(engine) as session:
+        first = cache.get(session, UNTIL)
+        assert first and cache.get(session, UNTIL + timedelta(seconds=299)) is first and len(calls) == 1
+        assert cache.get(session, UNTIL + timedelta(seconds=300)) == first and len(calls) == 2
+        assert cache.get(session, UNTIL + timedelta(seconds=600)) == first and len(calls) == 3  # failed: kept
+        body = render_metrics(session, Health(ready=lambda: True, collectors=dict), UNTIL, costs=COSTS,
+                              cost_totals=first).decode()
+    assert body == render_metrics_direct(engine)
+    empty: TtlCache[dict[str, tuple[float, float, float]]] = TtlCache(lambda s, n: {}, 300, "cost totals")
+    with Session(engine) as session:
+        empty.get(session, UNTIL)
+        assert empty.computed_at == UNTIL
+        empty.get(session, UNTIL + timedelta(seconds=EMPTY_TTL_SECONDS))
+        assert empty.computed_at == UNTIL + timedelta(seconds=EMPTY_TTL_SECONDS)
+
+
+def render_metrics_direct(engine: Engine) -> str:
+    with Session(engine) as session:
+        return render_metrics(session, Health(ready=lambda: True, collectors=dict), UNTIL, costs=COSTS).decode()
