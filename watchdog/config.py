@@ -18,9 +18,10 @@ from pathlib import Path
 from typing import Any
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, SecretStr, ValidationError, field_validator, model_validator
+from pydantic import Field, SecretStr, ValidationError, field_validator, model_validator
 
 from volcano_monitor.core.flags import host_port
+from volcano_monitor.core.settings import Section
 from volcano_monitor.watchdog.actions.capability.settings import CapabilitySettings
 from volcano_monitor.watchdog.actions.gpu_idle.settings import GpuIdleSettings
 from volcano_monitor.watchdog.actions.notify.settings import Notifications
@@ -41,10 +42,6 @@ _SECRET_KEY = re.compile(r"url|secret|token|password|key", re.IGNORECASE)
 
 class ConfigError(Exception):
     """Invalid configuration; the message is one line naming the key."""
-
-
-class Section(BaseModel):
-    model_config = ConfigDict(extra="forbid")
 
 
 class Settings(Section):

@@ -3,14 +3,12 @@ time-ordered data (`retention:`)."""
 
 from __future__ import annotations
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import Field
+
+from volcano_monitor.core.settings import Section
 
 
-class _Section(BaseModel):
-    model_config = ConfigDict(extra="forbid")
-
-
-class LeaderElection(_Section):
+class LeaderElection(Section):
     """Several replicas elect one leader with a coordination.k8s.io Lease; only the leader sends
     messages and patches queues. Off: this replica acts as the leader."""
 
@@ -22,7 +20,7 @@ class LeaderElection(_Section):
     renew_interval_seconds: float = Field(default=5, gt=0, description="How often the leader renews.")
 
 
-class Retention(_Section):
+class Retention(Section):
     """How long time-ordered data is kept; enforced every `check_interval_seconds`, in chunks of `chunk_rows`
     on a thread of its own (watchdog.runtime.retention)."""
 

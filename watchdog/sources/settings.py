@@ -5,23 +5,20 @@ from __future__ import annotations
 
 from typing import Literal
 
-from pydantic import BaseModel, ConfigDict, Field, SecretStr, field_validator
+from pydantic import Field, SecretStr, field_validator
 
+from volcano_monitor.core.settings import Section
 from volcano_monitor.watchdog.findings.recommendations.backfill_settings import PrometheusBackfill
 
 
-class _Section(BaseModel):
-    model_config = ConfigDict(extra="forbid")
-
-
-class MetricsApiSource(_Section):
+class MetricsApiSource(Section):
     """Usage from the Kubernetes metrics API (metrics.k8s.io/v1beta1 PodMetrics), polled."""
 
     enabled: bool = Field(default=True, description="Poll PodMetrics.")
     interval_seconds: float = Field(default=30.0, gt=0, description="Seconds between polls.")
 
 
-class PrometheusSource(_Section):
+class PrometheusSource(Section):
     """Usage from Prometheus: cAdvisor CPU and working-set memory, DCGM GPU utilisation."""
 
     enabled: bool = Field(default=False, description="Query Prometheus.")
@@ -40,7 +37,7 @@ class PrometheusSource(_Section):
     backfill: PrometheusBackfill = PrometheusBackfill()
 
 
-class Sources(_Section):
+class Sources(Section):
     """Where usage comes from; each source is optional."""
 
     metrics_api: MetricsApiSource = MetricsApiSource()

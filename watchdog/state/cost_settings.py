@@ -21,7 +21,9 @@ import math
 import re
 from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, field_validator
+from pydantic import BeforeValidator, Field, field_validator
+
+from volcano_monitor.core.settings import Section
 
 GPU_PRODUCT_LABEL = "nvidia.com/gpu.product"
 _CURRENCY = re.compile(r"^[A-Za-z]{3}$")
@@ -56,10 +58,8 @@ def check_price(price: float, what: str) -> float:
     return price
 
 
-class NodePool(BaseModel):
+class NodePool(Section):
     """Prices of the nodes whose labels carry every `node_selector` pair."""
-
-    model_config = ConfigDict(extra="forbid")
 
     node_selector: dict[str, str] = Field(description="Node labels (all must match), e.g. "
                                                       "{cloud.google.com/gke-spot: \"true\"}.")
@@ -79,10 +79,8 @@ class NodePool(BaseModel):
         return check_prices(value)
 
 
-class Budget(BaseModel):
+class Budget(Section):
     """What a queue and its children may spend per period (requested basis)."""
-
-    model_config = ConfigDict(extra="forbid")
 
     queue: str = Field(min_length=1, description="The queue (its children count in it).")
     period: Literal["week", "month"] = Field(description="week (from Monday 00:00 UTC) or month (from the 1st).")
@@ -100,9 +98,7 @@ class Budget(BaseModel):
         return value
 
 
-class Costs(BaseModel):
-    model_config = ConfigDict(extra="forbid")
-
+class Costs(Section):
     currency: str = Field(default="USD", description="ISO 4217 code the prices are in (reports, /metrics, FOCUS).")
     prices: dict[str, Price] = Field(
         default_factory=dict,

@@ -3,17 +3,16 @@
 Amounts are written as Kubernetes quantities (`"8"`, `"250m"`, `"64Gi"`, `"1.5Gi"`) and held as floats
 in base units (cores, bytes, devices). A value that is not a quantity is a config error naming its key,
 e.g. `capability.policies.team-a.demand.min.memory: Value error, invalid quantity '64GB'`.
-
-Own base class rather than watchdog.config.Section: watchdog.config imports this module.
 """
 
 from __future__ import annotations
 
 from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, model_validator
+from pydantic import BeforeValidator, Field, model_validator
 
 from volcano_monitor.core.quantity import parse_quantity
+from volcano_monitor.core.settings import Section
 
 DEFAULT_RESOURCES = ("cpu", "memory", "nvidia.com/gpu")
 
@@ -37,11 +36,7 @@ def demand_kind(resource: str) -> str | None:
     return "gpu" if resource.endswith("/gpu") else None
 
 
-class _Section(BaseModel):
-    model_config = ConfigDict(extra="forbid")
-
-
-class SharePolicy(_Section):
+class SharePolicy(Section):
     """Capability = `fraction` x the allocatable of the Ready, schedulable nodes matching `node_selector`,
     following nodes as they join, leave, change or are cordoned."""
 
@@ -52,7 +47,7 @@ class SharePolicy(_Section):
                                           description="Resources whose capability the policy sets.")
 
 
-class DemandPolicy(_Section):
+class DemandPolicy(Section):
     """Capability = the `percentile` of the queue's usage per rollup bucket over `window_seconds`, plus
     `headroom`, plus what its Pending pods request, within `min`..`max`."""
 
@@ -79,7 +74,7 @@ class DemandPolicy(_Section):
         return self
 
 
-class QueuePolicy(_Section):
+class QueuePolicy(Section):
     """The policy of one queue: exactly one of `share` or `demand`."""
 
     share: SharePolicy | None = None
@@ -102,7 +97,7 @@ class QueuePolicy(_Section):
         return list(chosen.resources)
 
 
-class CapabilitySettings(_Section):
+class CapabilitySettings(Section):
     """Queue capability kept up to date by policy (docs/capability.md). Off by default; dry-run until
     `mode: apply`; only the leader (leader_election) patches Queues."""
 

@@ -10,13 +10,9 @@ from __future__ import annotations
 
 from typing import Literal
 
-from pydantic import BaseModel, ConfigDict, Field, model_validator
+from pydantic import Field, model_validator
 
-
-class Section(BaseModel):
-    """Own base class rather than watchdog.config.Section: watchdog.config imports this module."""
-
-    model_config = ConfigDict(extra="forbid")
+from volcano_monitor.core.settings import Section
 
 
 class QueueGpuIdlePolicy(Section):

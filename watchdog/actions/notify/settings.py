@@ -9,17 +9,14 @@ from __future__ import annotations
 
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, SecretStr, field_validator, model_validator
+from pydantic import ConfigDict, Field, SecretStr, field_validator, model_validator
 
 from volcano_monitor.core.flags import parse_duration
 from volcano_monitor.core.matchers import parse_matcher
+from volcano_monitor.core.settings import Section
 
 
-class _Section(BaseModel):
-    model_config = ConfigDict(extra="forbid")
-
-
-class Webhook(_Section):
+class Webhook(Section):
     """Where one chat service listens. The URL often holds the credential (Slack, DingTalk's
     access_token, WeCom's key): it is a secret, never logged or shown."""
 
@@ -61,7 +58,7 @@ class GenericWebhook(Webhook):
 CHANNEL_KINDS = ("slack", "feishu", "dingtalk", "wecom", "teams", "webhook")
 
 
-class Receiver(_Section):
+class Receiver(Section):
     """One named destination: exactly one channel."""
 
     name: str = Field(min_length=1, max_length=64, description="Name routes refer to.")
@@ -92,7 +89,7 @@ class Receiver(_Section):
         return channel
 
 
-class Route(_Section):
+class Route(Section):
     """A node of the route tree, as in Alertmanager: an alert enters the root, goes down to the first
     child whose matchers hold (every child with `continue`), and settles on the deepest match. Unset
     fields are inherited from the parent."""
@@ -115,7 +112,7 @@ class Route(_Section):
         return None if value is None else parse_duration(value)
 
 
-class Mentions(_Section):
+class Mentions(Section):
     """Who to mention for a namespace or queue, per service's own id."""
 
     slack_user_ids: list[str] = Field(default_factory=list, description="Slack member ids (U...).")
@@ -126,14 +123,14 @@ class Mentions(_Section):
     emails: list[str] = Field(default_factory=list, description="Teams (mention by UPN/email).")
 
 
-class Owners(_Section):
+class Owners(Section):
     """Owners mentioned in messages about a namespace or a queue."""
 
     namespaces: dict[str, Mentions] = Field(default_factory=dict, description="Namespace -> owners.")
     queues: dict[str, Mentions] = Field(default_factory=dict, description="Queue -> owners.")
 
 
-class Delivery(_Section):
+class Delivery(Section):
     """Retries: exponential backoff with jitter up to a maximum, then the dead-letter state."""
 
     timeout_seconds: float = Field(default=10, gt=0, description="Timeout of one HTTP request.")
@@ -143,7 +140,7 @@ class Delivery(_Section):
     poll_interval_seconds: float = Field(default=1.0, gt=0, description="Seconds between outbox scans when idle.")
 
 
-class Notifications(_Section):
+class Notifications(Section):
     """Chat notifications of the watchdog's alerts and of Alertmanager's (POST /api/v1/alertmanager)."""
 
     enabled: bool = Field(default=True, description="Send notifications (when receivers are configured).")

@@ -1,25 +1,23 @@
-"""The `oom_scale_up` config section. Its own base class (as watchdog.actions.capability.settings): the
-watchdog.config module imports this one."""
+"""The `oom_scale_up` config section."""
 
 from __future__ import annotations
 
 from typing import Literal
 
-from pydantic import BaseModel, ConfigDict, Field, model_validator
+from pydantic import Field, model_validator
 
+from volcano_monitor.core.settings import Section
 from volcano_monitor.watchdog.actions.capability.settings import Quantity
 
 MIB = 2**20
 
 
-class OomScaleUpSettings(BaseModel):
+class OomScaleUpSettings(Section):
     """Resubmit OOM-killed Volcano Jobs with more memory (docs/watchdog.md, "OOM auto scale-up"). Off by
     default; dry-run until `mode: apply`; only the leader (leader_election) creates Jobs.
 
     Which Jobs: those in `namespaces` and `queues` (an empty list: all) unless annotated
     `volcano-monitor/oom-scale-up: "false"`, and any Job annotated `"true"`."""
-
-    model_config = ConfigDict(extra="forbid")
 
     enabled: bool = Field(default=False, description="Watch for OOM-killed Jobs and resubmit them.")
     mode: Literal["dry-run", "apply"] = Field(

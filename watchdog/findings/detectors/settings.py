@@ -1,16 +1,16 @@
 """Settings of the node detectors, GpuStranded and NodeHot (`detectors.gpu_stranded`, `detectors.node_hot`).
 
-Own base class rather than watchdog.config.Section: watchdog.config imports this module. Amounts are
-Kubernetes quantities (`"4"`, `"500m"`, `"16Gi"`), held in base units (cores, bytes).
+Amounts are Kubernetes quantities (`"4"`, `"500m"`, `"16Gi"`), held in base units (cores, bytes).
 """
 
 from __future__ import annotations
 
 from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, model_validator
+from pydantic import BeforeValidator, Field, model_validator
 
 from volcano_monitor.core.quantity import parse_quantity
+from volcano_monitor.core.settings import Section
 
 __all__ = ["GpuStrandedSettings", "NodeHotSettings"]
 
@@ -25,11 +25,7 @@ def _positive_quantity(value: Any) -> float:
 PositiveQuantity = Annotated[float, BeforeValidator(_positive_quantity)]
 
 
-class _Section(BaseModel):
-    model_config = ConfigDict(extra="forbid")
-
-
-class GpuStrandedSettings(_Section):
+class GpuStrandedSettings(Section):
     """GpuStranded: free GPUs on a node that no GPU pod of the cluster's typical shape can use, because pods
     that request no GPU hold the node's CPU or memory. Reads the Node objects and the pods' requests."""
 
@@ -55,7 +51,7 @@ class GpuStrandedSettings(_Section):
         return self
 
 
-class NodeHotSettings(_Section):
+class NodeHotSettings(Section):
     """NodeHot: a node's used CPU or memory above a share of its allocatable for a window: CPU overcommit makes
     nodes run hot while requests look fine."""
 
@@ -74,7 +70,7 @@ class NodeHotSettings(_Section):
     max_pods_listed: int = Field(default=10, ge=1, le=100, description="Pods listed in one alert.")
 
 
-class Detectors(_Section):
+class Detectors(Section):
     """Thresholds and windows of the failure and waste detectors (DESIGN §5)."""
 
     gang_unschedulable_seconds: float = Field(

@@ -1,23 +1,20 @@
-"""Configuration of the usage back-fill from Prometheus (`sources.prometheus.backfill`).
-
-Own base class rather than watchdog.config.Section: watchdog.config imports this module.
-"""
+"""Configuration of the usage back-fill from Prometheus (`sources.prometheus.backfill`)."""
 
 from __future__ import annotations
 
-from pydantic import BaseModel, ConfigDict, Field, model_validator
+from pydantic import Field, model_validator
+
+from volcano_monitor.core.settings import Section
 
 MAX_POINTS_PER_SERIES = 11_000  # Prometheus refuses range queries with more points per series
 
 
-class PrometheusBackfill(BaseModel):
+class PrometheusBackfill(Section):
     """History for recommendations from Prometheus range queries, once per workload, for workloads whose stored
     history is shorter than `min_history_days` (a new install, a new workload): leader only, recorded in
     `workload_backfills` so a restart or another replica never adds the same samples twice. Reads the Prometheus of
     `sources.prometheus` (url, bearer_token, timeout_seconds, rate_window), whether or not its live collection
     (`sources.prometheus.enabled`) is on."""
-
-    model_config = ConfigDict(extra="forbid")
 
     enabled: bool = Field(default=False, description="Back-fill recommendation histograms from Prometheus.")
     days: float = Field(default=8, gt=0, le=90, description="How far back to read, in days.")

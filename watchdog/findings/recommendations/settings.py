@@ -4,16 +4,13 @@ from __future__ import annotations
 
 from typing import Literal
 
-from pydantic import BaseModel, ConfigDict, Field, model_validator
+from pydantic import Field, model_validator
 
+from volcano_monitor.core.settings import Section
 from volcano_monitor.watchdog.actions.capability.settings import Quantity
 
 
-class _Section(BaseModel):
-    model_config = ConfigDict(extra="forbid")
-
-
-class ContainerPolicy(_Section):
+class ContainerPolicy(Section):
     """Caps of the recommendations of the containers it selects, like a VPA containerPolicy. Selectors are
     exact names or shell globs (`team-*`, `*`); of the policies that select a container, the most specific
     (most selectors other than `*`) applies, the first listed on a tie."""
@@ -36,7 +33,7 @@ class ContainerPolicy(_Section):
         return self
 
 
-class Recommendations(_Section):
+class Recommendations(Section):
     """Request recommendations in the manner of the VPA recommender."""
 
     cpu_percentile: float = Field(default=0.9, gt=0, lt=1, description="Percentile of CPU usage for the target.")

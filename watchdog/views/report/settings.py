@@ -4,17 +4,14 @@ from __future__ import annotations
 
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator
+from pydantic import Field, field_validator
 
 from volcano_monitor.core.cron import parse_cron
 from volcano_monitor.core.flags import parse_duration
+from volcano_monitor.core.settings import Section
 
 
-class _Section(BaseModel):
-    model_config = ConfigDict(extra="forbid")
-
-
-class Digest(_Section):
+class Digest(Section):
     """A report sent on a schedule to one receiver of `notifications.receivers`, with a link to its HTML
     page. Sent by the leader only, once per period (recorded in the database)."""
 
@@ -39,7 +36,7 @@ class Digest(_Section):
         return parse_duration(value)
 
 
-class Reports(_Section):
+class Reports(Section):
     """Scheduled report digests (`volcano-watchdog report` prints the same report on demand)."""
 
     digests: list[Digest] = Field(
