@@ -111,6 +111,7 @@ def parse_quantity(value: str | int | float, cache: bool = True) -> float:
 
 _INVALID_LABEL_CHARS = re.compile(r"[^a-zA-Z0-9_]")
 _BYTE_RESOURCES = frozenset({"memory", "ephemeral-storage", "storage"})
+_PHYSICAL_GPU = "physical-gpu"  # core.gpushare.PHYSICAL_GPU (a fraction of cards, not an integer)
 
 
 @lru_cache(maxsize=1024)
@@ -118,13 +119,16 @@ def resource_label_and_unit(resource_name: str) -> tuple[str, str]:
     """``(resource label value, unit)`` as kube-state-metrics writes them.
 
     ``nvidia.com/gpu`` -> ``("nvidia_com_gpu", "integer")``, ``cpu`` -> ``("cpu", "core")``,
-    ``memory`` / storage / ``hugepages-*`` -> ``"byte"``.
+    ``memory`` / storage / ``hugepages-*`` -> ``"byte"``, the derived ``physical-gpu`` (core.gpushare)
+    -> ``("physical_gpu", "gpu")``.
     """
     label = _INVALID_LABEL_CHARS.sub("_", resource_name)
     if resource_name == "cpu":
         unit = "core"
     elif resource_name in _BYTE_RESOURCES or resource_name.startswith("hugepages-"):
         unit = "byte"
+    elif resource_name == _PHYSICAL_GPU:
+        unit = "gpu"
     else:
         unit = "integer"
     return label, unit

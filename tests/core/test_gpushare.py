@@ -1,0 +1,154 @@
+"""core.gpushare: physical GPUs behind HAMi / Volcano vGPU requests and nodes (docs/gpu-sharing.md)."""
+
+from __future__ import annotations
+
+import json
+import logging
+from collections.abc import Iterator
+
+import pytest
+
+from volcano_monitor.core import gpushare
+from volcano_monitor.core.gpushare import (
+    PHYSICAL_GPU,
+    configure,
+    container_share,
+    node_gpus,
+    physical_gpus,
+    share_problems,
+)
+from volcano_monitor.core.podrequests import res_from
+from volcano_monitor.core.quantity import resource_label_and_unit
+
+
+@pytest.fixture(autouse=True)
+def fresh() -> Iterator[None]:
+    gpushare.reset_problems()
+    configure(basis="max", card_memory_mib=0)
+    yield
+    configure(basis="max", card_memory_mib=0)
+    gpushare.reset_problems()
+
+
+def test_name_label_and_unit() -> None:
+    assert not PHYSICAL_GPU.endswith("/gpu")
+    assert resource_label_and_unit(PHYSICAL_GPU) == ("physical_gpu", "gpu")
+
+
+def test_physical_gpus_prefers_the_derived_entry() -> None:
+    assert physical_gpus(res_from({"cpu": 4, "nvidia.com/gpu": 4, PHYSICAL_GPU: 1.0})) == 1.0
+    assert physical_gpus(res_from({"cpu": 4, "nvidia.com/gpu": 2, "amd.com/gpu": 1})) == 3.0
+    assert physical_gpus(res_from({"cpu": 4, "volcano.sh/vgpu-number": 2})) == 0.0
+
+
+def test_hami_quarter_by_cores() -> None:
+    r = container_share({"nvidia.com/gpu": 1, "nvidia.com/gpucores": 25, "nvidia.com/gpumem-percentage": 25})
+    assert (r.gpus, r.plugin, r.problem) == (0.25, "hami", "")
+
+
+def test_hami_memory_mib_needs_the_card() -> None:
+    req = {"nvidia.com/gpu": 2, "nvidia.com/gpumem": 6144}
+    assert container_share(req, card_memory_mib=24576).gpus == pytest.approx(0.5)  # 2 x 6 GiB of 24 GiB
+    configure(card_memory_mib=12288)  # the configured default card
+    assert container_share(req).gpus == pytest.approx(1.0)
+    configure(card_memory_mib=0)
+    unknown = container_share(req)  # no card size anywhere: whole cards, counted
+    assert (unknown.gpus, unknown.problem) == (2.0, "card_memory_unknown")
+    assert share_problems() == {"card_memory_unknown": 1}
+    with_cores = container_share({**req, "nvidia.com/gpucores": 30})
+    assert (with_cores.gpus, with_cores.assumption, with_cores.problem) == (pytest.approx(0.6), "cores", "")
+
+
+def test_hami_cores_without_memory_hold_the_whole_memory() -> None:
+    """HAMi gives a vGPU without a memory request the card's whole memory: nobody else fits on it."""
+    r = container_share({"nvidia.com/gpu": 1, "nvidia.com/gpucores": 20})
+    assert (r.gpus, r.assumption) == (1.0, "memory_default_whole")
+    assert container_share({"nvidia.com/gpu": 1, "nvidia.com/gpucores": 20}, basis="cores").gpus == 0.2
+
+
+@pytest.mark.parametrize(("basis", "expected"), [("max", 0.5), ("cores", 0.1), ("memory", 0.5)])
+def test_basis(basis: gpushare.Basis, expected: float) -> None:
+    req = {"volcano.sh/vgpu-number": 1, "volcano.sh/vgpu-memory": 8192, "volcano.sh/vgpu-cores": 10}
+    assert container_share(req, card_memory_mib=16384, basis=basis).gpus == pytest.approx(expected)
+    configure(basis=basis)
+    assert container_share(req, card_memory_mib=16384).gpus == pytest.approx(expected)
+
+
+def test_volcano_vgpu_in_limits_only() -> None:
+    r = container_share({}, {"volcano.sh/vgpu-number": 2, "volcano.sh/vgpu-memory-percentage": 50})
+    assert (r.gpus, r.plugin) == (1.0, "volcano-vgpu")
+
+
+def test_whole_gpu_unchanged() -> None:
+    r = container_share({"cpu": 8, "nvidia.com/gpu": 4})
+    assert (r.gpus, r.plugin, r.assumption) == (4.0, "whole", "whole")
+    assert container_share({"cpu": 8}).gpus == 0.0
+
+
+@pytest.mark.parametrize(("req", "kind", "gpus"), [
+    ({"volcano.sh/vgpu-memory-percentage": 25}, "vgpu_without_count", 0.25),
+    ({"nvidia.com/gpumem-percentage": 50}, "vgpu_without_count", 0.5),
+    ({"nvidia.com/gpu": 1, "nvidia.com/gpucores": 150, "nvidia.com/gpumem-percentage": 10},
+     "percentage_over_100", 1.0),
+    ({"volcano.sh/vgpu-number": 1, "volcano.sh/vgpu-memory-percentage": 250}, "percentage_over_100", 1.0),
+    ({"nvidia.com/gpu": 1, "nvidia.com/gpumem-percentage": -5}, "negative", 1.0),
+])
+def test_bad_input_is_counted_with_a_fallback(req: dict[str, float], kind: str, gpus: float,
+                                              caplog: pytest.LogCaptureFixture) -> None:
+    with caplog.at_level(logging.WARNING, logger="volcano_monitor.core.gpushare"):
+        first = container_share(req)
+        second = container_share(req)
+    assert (first.gpus, first.problem) == (pytest.approx(gpus), kind)
+    assert second == first
+    assert share_problems() == {kind: 2}
+    assert len([r for r in caplog.records if kind in r.getMessage()]) == 1  # logged once
+
+
+def test_configure_rejects_nonsense() -> None:
+    with pytest.raises(ValueError, match="basis"):
+        configure(basis="median")  # type: ignore[arg-type]
+    with pytest.raises(ValueError, match="MiB"):
+        configure(card_memory_mib=-1)
+
+
+HAMI_JSON = json.dumps([
+    {"id": f"GPU-{i}", "count": 10, "devmem": 24576, "devcore": 100, "type": "NVIDIA-NVIDIA A10", "numa": 0,
+     "health": True, "index": i, "mode": "hami-core"} for i in range(2)])
+
+
+def test_node_hami_json_annotation() -> None:
+    n = node_gpus({}, {"hami.io/node-nvidia-register": HAMI_JSON}, {"nvidia.com/gpu": 20})
+    assert (n.cards, n.memory_mib, n.product, n.plugin, n.vgpus, n.problem) == (
+        2.0, 24576.0, "NVIDIA-NVIDIA A10", "hami", 20.0, "")
+
+
+def test_node_hami_legacy_annotation() -> None:
+    text = "GPU-a,10,16384,100,NVIDIA-Tesla T4,0,true:GPU-b,10,16384,100,NVIDIA-Tesla T4,0,true:"
+    n = node_gpus({}, {"hami.io/node-nvidia-register": text}, {"nvidia.com/gpu": 20})
+    assert (n.cards, n.memory_mib, n.product) == (2.0, 16384.0, "NVIDIA-Tesla T4")
+
+
+def test_node_volcano_annotation_and_gfd_labels() -> None:
+    text = "GPU-a,10,40960,NVIDIA-A100-SXM4-40GB,true,hami-core:" * 4
+    labels = {"nvidia.com/gpu.count": "4", "nvidia.com/gpu.product": "NVIDIA-A100-SXM4-40GB",
+              "nvidia.com/gpu.memory": "40960"}
+    n = node_gpus(labels, {"volcano.sh/node-vgpu-register": text}, {"volcano.sh/vgpu-number": 40})
+    assert (n.cards, n.memory_mib, n.plugin, n.vgpus) == (4.0, 40960.0, "volcano-vgpu", 40.0)
+    no_labels = node_gpus({}, {"volcano.sh/node-vgpu-register": text}, {"volcano.sh/vgpu-number": 40})
+    assert (no_labels.cards, no_labels.memory_mib) == (4.0, 40960.0)
+
+
+def test_node_whole_gpus() -> None:
+    n = node_gpus({}, {}, {"cpu": 64, "nvidia.com/gpu": 8})
+    assert (n.cards, n.plugin, n.problem) == (8.0, "whole", "")
+    assert node_gpus({}, {}, {"cpu": 64}).plugin == "none"
+
+
+def test_node_without_annotations() -> None:
+    n = node_gpus({}, {}, {"volcano.sh/vgpu-number": 40})
+    assert (n.cards, n.plugin, n.problem) == (4.0, "volcano-vgpu", "node_without_annotations")
+    shared = node_gpus({"nvidia.com/gpu.count": "2"}, {}, {"nvidia.com/gpu": 20})
+    assert (shared.cards, shared.plugin, shared.problem) == (2.0, "hami", "node_without_annotations")
+    bad = node_gpus({}, {"hami.io/node-nvidia-register": "[{"}, {"nvidia.com/gpu": 20})
+    assert (bad.cards, bad.problem) == (2.0, "bad_node_annotation")
+    assert share_problems() == {"node_without_annotations": 2, "bad_node_annotation": 1}
