@@ -21,9 +21,14 @@ explanation is computed here, in this order, the first that holds wins:
    `status.allocated` sums every queue (recorded); without them the caller may pass the nodes' sum.
    An admitted (`Inqueue`) group is past these checks, and its own running pods count in its queue's
    `allocated`: the walk would blame its queue wrongly, so it is skipped.
-5. `unschedulable`: the scheduler's `Unschedulable` condition (reason and message as it wrote them,
+5. `topology_fragmented`: a gang whose PodGroup asks `networkTopology` mode `hard` (highestTierAllowed N,
+   or highestTierName) would fit the cluster's free GPUs spread over all nodes, but inside no HyperNode of
+   tier <= N (`core.topology.topology_verdict`). Only a caller that knows the nodes and HyperNodes can say
+   it (the watchdog; not the exporter, which watches no nodes): `with_topology` puts it in place of the
+   reasons below it.
+6. `unschedulable`: the scheduler's `Unschedulable` condition (reason and message as it wrote them,
    e.g. `NotEnoughResources`).
-6. `waiting`: none of the above (not seen by the scheduler yet, or pods being created).
+7. `waiting`: none of the above (not seen by the scheduler yet, or pods being created).
 """
 
 from __future__ import annotations
@@ -41,6 +46,7 @@ QUEUE_TOO_SMALL = "queue_too_small"
 QUEUE_CAPABILITY = "queue_capability"
 CLUSTER_TOO_SMALL = "cluster_too_small"
 CLUSTER_FULL = "cluster_full"
+TOPOLOGY_FRAGMENTED = "topology_fragmented"
 UNSCHEDULABLE = "unschedulable"
 WAITING = "waiting"
 
@@ -53,6 +59,9 @@ REASONS: dict[str, str] = {
     QUEUE_CAPABILITY: "a queue's allocated plus the gang's minResources exceed its capability",
     CLUSTER_TOO_SMALL: "the cluster's allocatable is below the gang's minResources, it never fits",
     CLUSTER_FULL: "the cluster's allocated plus the gang's minResources exceed its allocatable",
+    TOPOLOGY_FRAGMENTED: "a hard network-topology gang fits the cluster's free GPUs but no HyperNode of an "
+                         "allowed tier (only the watchdog's /why and GangUnschedulable say it: "
+                         "the exporter watches no nodes)",
     UNSCHEDULABLE: "the scheduler's Unschedulable PodGroup condition, e.g. NotEnoughResources",
     WAITING: "none of the above, e.g. not seen by the scheduler yet or pods being created",
 }
@@ -250,3 +259,17 @@ def explain(queue_name: str, queues: Mapping[str, Queue], group: PodGroup | None
     message = "no PodGroup yet" if group is None else \
         f"PodGroup {group.phase or 'without a phase'}; the scheduler reports no condition"
     return Explanation(WAITING, queue_name, "", message, sched_reason, sched_message)
+
+
+# The reasons `topology_fragmented` comes before: what is left once the queues and the cluster have room.
+BELOW_TOPOLOGY = frozenset({UNSCHEDULABLE, WAITING})
+
+
+def with_topology(explanation: Explanation, message: str) -> Explanation:
+    """`explanation`, or `topology_fragmented` with `message` when the topology check found the gang
+    fragmented (`message` not empty) and the explanation is one the list ranks below it: a queue or cluster
+    without room stays the reason, the scheduler's own words stay in `scheduler_reason`/`_message`."""
+    if not message or explanation.reason not in BELOW_TOPOLOGY:
+        return explanation
+    return Explanation(TOPOLOGY_FRAGMENTED, explanation.queue, "", message, explanation.scheduler_reason,
+                       explanation.scheduler_message)
