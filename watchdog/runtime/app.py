@@ -140,7 +140,7 @@ class Watchdog:
             if self.stranded is not None or self.hot is not None or priced_by_node:
                 self._node_informer = feeds.node_informer(api, self.nodes.on_node, informer_backoff)
                 self.informers.append(self._node_informer)
-        self.collectors, self._sources = feeds.usage_sources(settings, api)
+        self.collectors, self._sources = feeds.usage_sources(settings, api, self.index.pod_info)
         prom = settings.sources.prometheus
         self.backfiller = Backfiller(prom, settings.recommendations, engine, self.histograms, clock=clock) \
             if prom.backfill.enabled else None

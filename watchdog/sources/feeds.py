@@ -36,8 +36,10 @@ from volcano_monitor.watchdog.config import Settings
 from volcano_monitor.watchdog.sources.metrics_api import MetricsApiCollector
 from volcano_monitor.watchdog.sources.node_metrics import NodeMetricsCollector
 from volcano_monitor.watchdog.sources.prometheus import PrometheusCollector
+from volcano_monitor.watchdog.sources.shared_gpus import shares_of
 from volcano_monitor.watchdog.state.events import SchedulerNotes, about_podgroup
 from volcano_monitor.watchdog.state.nodes import NodeTable
+from volcano_monitor.watchdog.state.samples import PodLookup
 
 log = logging.getLogger(__name__)
 
@@ -136,9 +138,10 @@ def essential_synced(running: list[Informer[Any]]) -> bool:
     return bool(essential) and all(i.synced.is_set() for i in essential)
 
 
-def usage_sources(settings: Settings, api: client.ApiClient | None
+def usage_sources(settings: Settings, api: client.ApiClient | None, pods: PodLookup | None = None
                   ) -> tuple[dict[str, CollectorStats], list[tuple[str, float, UsageSource]]]:
-    """The configured usage sources (name, poll interval, collector) and a stats record for each."""
+    """The configured usage sources (name, poll interval, collector) and a stats record for each. `pods` gives
+    Prometheus each pod's physical GPUs, to read shared cards (watchdog.sources.shared_gpus)."""
     stats: dict[str, CollectorStats] = {}
     sources: list[tuple[str, float, UsageSource]] = []
     metrics_api = settings.sources.metrics_api
@@ -148,7 +151,9 @@ def usage_sources(settings: Settings, api: client.ApiClient | None
     prom = settings.sources.prometheus
     stats["prometheus"] = CollectorStats(prom.enabled)
     if prom.enabled:
-        sources.append(("prometheus", prom.interval_seconds, PrometheusCollector(prom, settings.namespaces)))
+        shares = shares_of(pods) if pods is not None else None
+        sources.append(("prometheus", prom.interval_seconds,
+                        PrometheusCollector(prom, settings.namespaces, shares=shares)))
     return stats, sources
 
 

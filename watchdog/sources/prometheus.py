@@ -1,5 +1,11 @@
-"""Usage from Prometheus: cAdvisor CPU and working-set memory and DCGM GPU utilisation, as instant
-queries, merged into one `UsageSample` per container.
+"""Usage from Prometheus: cAdvisor CPU and working-set memory, DCGM GPU utilisation per card and HAMi's per
+container vGPU utilisation, as instant queries, merged into one `UsageSample` per container.
+
+Why GPU usage is read per card and converted (watchdog.sources.shared_gpus): on shared cards (HAMi, Volcano's
+vGPU) a pod holds a fraction of a card. HAMi's series say what each container used; DCGM's only what the card
+did, which is split across the pods sharing it in proportion to their physical shares (`shares`, the pod's
+physical GPUs from the informer caches). Either way a sample's `gpu_util_percent` of its `gpus` is the physical
+GPUs the container kept busy. A pod with HAMi series takes them over DCGM's.
 
 Why each query is its own small class (in the manner of krr): the PromQL and the way its result is
 read stay together, and a test can check one without the others.
@@ -32,7 +38,9 @@ from typing import Any
 import httpx
 import orjson
 
+from volcano_monitor.watchdog.sources import hami
 from volcano_monitor.watchdog.sources.settings import PrometheusSource
+from volcano_monitor.watchdog.sources.shared_gpus import GpuUse, ShareLookup, from_dcgm, from_hami
 from volcano_monitor.watchdog.state.samples import UsageSample
 
 log = logging.getLogger(__name__)
@@ -126,14 +134,11 @@ def _dcgm_selector(style: str, namespaces: Sequence[str]) -> tuple[str, tuple[st
     return _selector(f'{names[1]}!=""', namespace_matcher(namespaces, names[0])), names
 
 
-def gpu_util_query(namespaces: Sequence[str] = (), style: str = NAMESPACE_STYLE) -> Query:
+def gpu_card_query(namespaces: Sequence[str] = (), style: str = NAMESPACE_STYLE) -> str:
+    """Per container and card (`UUID`): DCGM's utilisation of the card. `max` per card: one card scraped by two
+    jobs must not count twice; the card is kept so that pods sharing it can be told (shared_gpus.from_dcgm)."""
     selector, names = _dcgm_selector(style, namespaces)
-    return Query("gpu_util", f"avg by ({', '.join(names)}) (DCGM_FI_DEV_GPU_UTIL{selector})", names)
-
-
-def gpu_count_query(namespaces: Sequence[str] = (), style: str = NAMESPACE_STYLE) -> Query:
-    selector, names = _dcgm_selector(style, namespaces)
-    return Query("gpu_count", f"count by ({', '.join(names)}) (DCGM_FI_DEV_GPU_UTIL{selector})", names)
+    return f"max by ({', '.join(names)}, UUID) (DCGM_FI_DEV_GPU_UTIL{selector})"
 
 
 def style_query() -> str:
@@ -158,9 +163,34 @@ def read_style(data: Any) -> str | None:
     return max(sorted(counts), key=lambda style: counts[style])
 
 
+def read_cards(data: Any, labels: Sequence[str]) -> tuple[dict[tuple[str, ...], float], int]:
+    """A vector keyed by the values of `labels` (namespace, pod, container, then the card's uuid): (value per
+    key, count of series skipped because a name label is missing or empty, or the value is not a finite number
+    >= 0). The card label may be empty (kept as ""): such a series still belongs to its container."""
+    if not isinstance(data, dict) or data.get("resultType") != "vector" or not isinstance(data.get("result"), list):
+        raise ValueError("expected a vector result")
+    values: dict[tuple[str, ...], float] = {}
+    skipped = 0
+    for series in data["result"]:
+        try:
+            metric, (_, raw) = series["metric"], series["value"]
+            key = tuple(metric.get(name, "") if i >= 3 else metric[name] for i, name in enumerate(labels))
+            value = float(raw)
+        except (KeyError, TypeError, ValueError, AttributeError):
+            skipped += 1
+            continue
+        if not all(isinstance(part, str) for part in key) or not all(key[:3]) \
+                or not math.isfinite(value) or value < 0:
+            skipped += 1
+            continue
+        values[key] = value
+    return values, skipped
+
+
 class PrometheusCollector:
     def __init__(self, settings: PrometheusSource, namespaces: Sequence[str] = (),
-                 client: httpx.Client | None = None, *, clock: Callable[[], float] = time.time) -> None:
+                 client: httpx.Client | None = None, *, clock: Callable[[], float] = time.time,
+                 shares: ShareLookup | None = None) -> None:
         self.settings = settings
         self.namespaces = tuple(namespaces)
         self.url = settings.url.rstrip("/") + "/api/v1/query"
@@ -174,6 +204,10 @@ class PrometheusCollector:
         # The DCGM label style: configured, or (auto) detected; None while auto has seen no DCGM series.
         self.dcgm_style: str | None = None if settings.dcgm_labels == "auto" else settings.dcgm_labels
         self._rounds_since_style = 0
+        # HAMi's naming style, the same way; and each pod's physical GPUs (None: every card counts as whole).
+        self.hami_style: str | None = None if settings.hami_metrics == "auto" else settings.hami_metrics
+        self._rounds_since_hami_style = 0
+        self.shares = shares
         # Health, read by the watchdog's self-metrics.
         self.errors: Counter[str] = Counter()
         self.skipped = 0  # series dropped because they were malformed
@@ -204,9 +238,12 @@ class PrometheusCollector:
                                     f"{str(body.get('error', ''))[:300]}")
         return body.get("data")
 
-    def gpu_queries(self) -> list[Query]:
-        style = self.dcgm_style or NAMESPACE_STYLE
-        return [gpu_util_query(self.namespaces, style), gpu_count_query(self.namespaces, style)]
+    def gpu_card_query(self) -> str:
+        return gpu_card_query(self.namespaces, self.dcgm_style or NAMESPACE_STYLE)
+
+    def hami_util_query(self) -> str:
+        style = self.hami_style or hami.LEGACY
+        return hami.util_query(style, namespace_matcher(self.namespaces, hami.STYLES[style].labels[0]))
 
     def _detect_style(self, now: float, failures: list[str]) -> bool:
         """`auto`: which label style the DCGM series have, asked while unknown and every REDETECT_ROUNDS.
@@ -228,28 +265,83 @@ class PrometheusCollector:
         self.dcgm_style = found or self.dcgm_style
         return True
 
+    def _detect_hami_style(self, now: float, failures: list[str]) -> bool:
+        """`auto`: which of HAMi's naming styles Prometheus holds, as `_detect_style` does for DCGM."""
+        if self.settings.hami_metrics != "auto":
+            return True
+        self._rounds_since_hami_style += 1
+        if self.hami_style is not None and self._rounds_since_hami_style < REDETECT_ROUNDS:
+            return True
+        try:
+            found = hami.read_style(self.query(hami.style_query(), now))
+        except QueryError as exc:
+            self.errors[exc.cause] += 1
+            failures.append(f"hami_style: {exc}")
+            return exc.cause != "connection"
+        self._rounds_since_hami_style = 0
+        if found is not None and found != self.hami_style:
+            log.info("HAMi's vGPU series use the %s names (%s)", found, hami.STYLES[found].util)
+        self.hami_style = found or self.hami_style
+        return True
+
+    def _devices(self, name: str, promql: str, labels: Sequence[str], now: float,
+                 failures: list[str]) -> tuple[dict[tuple[str, ...], float], bool]:
+        """One per-card query: its values ({} when it failed: counted, and noted in `failures`) and whether
+        Prometheus could be reached."""
+        try:
+            data = self.query(promql, now)
+            try:
+                values, skipped = read_cards(data, labels)
+            except ValueError as exc:
+                raise QueryError("decode", f"{name}: {exc}") from exc
+        except QueryError as exc:
+            self.errors[exc.cause] += 1
+            failures.append(f"{name}: {exc}")
+            return {}, exc.cause != "connection"
+        self.skipped += skipped
+        if skipped:
+            self.errors["series"] += skipped
+        return values, True
+
     def collect(self, now: float) -> list[UsageSample]:
         """One round of instant queries at `now`, merged per container."""
         results: dict[str, dict[Key, float]] = {}
         failures: list[str] = []
-        queries = list(self.queries)
-        if self.settings.gpu:
-            queries = queries + self.gpu_queries() if self._detect_style(now, failures) else []
-        for q in queries:
+        reachable = True
+        for q in self.queries:
             try:
                 values, skipped = q.read(self.query(q.promql, now))
             except QueryError as exc:
                 self.errors[exc.cause] += 1
                 failures.append(f"{q.name}: {exc}")
                 if exc.cause == "connection":
+                    reachable = False
                     break  # unreachable: the other queries would only wait for their timeouts too
                 continue
             self.skipped += skipped
             if skipped:
                 self.errors["series"] += skipped
             results[q.name] = values
+        gpu: dict[Key, GpuUse] = {}
+        if reachable and self.settings.gpu:
+            reachable = self._detect_style(now, failures)
+        if reachable and self.settings.gpu:
+            names = DCGM_LABELS[self.dcgm_style or NAMESPACE_STYLE]
+            cards, reachable = self._devices("gpu_util", self.gpu_card_query(), (*names, "UUID"), now, failures)
+            gpu = from_dcgm(cards, self.shares)
+        if reachable and self.settings.hami:
+            reachable = self._detect_hami_style(now, failures)
+        if reachable and self.settings.hami:
+            hami_names = hami.STYLES[self.hami_style or hami.LEGACY]
+            devices, _ = self._devices("hami_util", self.hami_util_query(),
+                                       (*hami_names.labels, hami_names.device), now, failures)
+            if devices:
+                # HAMi knows which container used its vGPU: it replaces DCGM's reading of all the pod's containers.
+                hami_use = from_hami(devices, self.shares)
+                pods = {key[:2] for key in hami_use}
+                gpu = {key: use for key, use in gpu.items() if key[:2] not in pods} | hami_use
         self._report(failures)
-        return self._merge(results, now)
+        return self._merge(results, gpu, now)
 
     def _report(self, failures: list[str]) -> None:
         if failures:
@@ -263,15 +355,15 @@ class PrometheusCollector:
         self._failing = 0
         self.last_success = self.clock()
 
-    def _merge(self, results: dict[str, dict[Key, float]], now: float) -> list[UsageSample]:
+    def _merge(self, results: dict[str, dict[Key, float]], gpu: dict[Key, GpuUse], now: float) -> list[UsageSample]:
         window = _WINDOW_UNITS[self.settings.rate_window[-1]] * float(self.settings.rate_window[:-1])
         cpu = results.get("cpu", {})
         memory = results.get("memory", {})
-        gpu = results.get("gpu_util", {})
-        gpus = results.get("gpu_count", {})
         keys = set(cpu) | set(memory) | set(gpu)
-        return [
-            UsageSample(now, key[0], key[1], key[2], cpu.get(key), memory.get(key), gpu.get(key),
-                        int(gpus.get(key, 0)) if key in gpu else 0, window)
-            for key in sorted(keys)
-        ]
+        samples = []
+        for key in sorted(keys):
+            use = gpu.get(key)
+            samples.append(UsageSample(now, key[0], key[1], key[2], cpu.get(key), memory.get(key),
+                                       use.util_percent if use is not None else None,
+                                       use.gpus if use is not None else 0, window))
+        return samples

@@ -19,7 +19,8 @@ class MetricsApiSource(Section):
 
 
 class PrometheusSource(Section):
-    """Usage from Prometheus: cAdvisor CPU and working-set memory, DCGM GPU utilisation."""
+    """Usage from Prometheus: cAdvisor CPU and working-set memory, DCGM GPU utilisation, HAMi's per-container vGPU
+    utilisation (docs/gpu-sharing.md, "Usage on shared cards")."""
 
     enabled: bool = Field(default=False, description="Query Prometheus.")
     url: str = Field(default="http://localhost:9090", description="Prometheus base URL.")
@@ -33,6 +34,17 @@ class PrometheusSource(Section):
                     "scraped with honorLabels), `exported` (exported_namespace/exported_pod/exported_container: the "
                     "scrape target's own labels won), or `auto`: asked of Prometheus (the style with more series), "
                     "again every 60 rounds.")
+    hami: bool = Field(
+        default=True,
+        description="Query HAMi's vGPU monitor (per container SM utilisation of each vGPU) for the GPU usage of "
+                    "containers on shared cards; a container with HAMi series takes them over DCGM's.")
+    hami_metrics: Literal["auto", "legacy", "current", "exported"] = Field(
+        default="auto",
+        description="Which names HAMi's monitor uses: `legacy` (Device_utilization_desc_of_container with "
+                    "podnamespace/podname/ctrname, HAMi up to 2.x and `--legacy-metrics`), `current` "
+                    "(hami_container_device_utilization_ratio with namespace/pod/container, scraped with "
+                    "honorLabels), `exported` (the same, exported_namespace/exported_pod/exported_container), or "
+                    "`auto`: asked of Prometheus (the one with more series), again every 60 rounds.")
     bearer_token: SecretStr | None = Field(default=None, description="Bearer token for Prometheus, if it needs one.")
     backfill: PrometheusBackfill = PrometheusBackfill()
 

@@ -14,6 +14,7 @@ from typing import Any
 import orjson
 import pytest
 
+from volcano_monitor.watchdog.sources import hami
 from volcano_monitor.watchdog.sources.prometheus import (
     EXPORTED_STYLE,
     REDETECT_ROUNDS,
@@ -24,6 +25,7 @@ from volcano_monitor.watchdog.sources.prometheus import (
     style_query,
 )
 from volcano_monitor.watchdog.sources.settings import PrometheusSource
+from volcano_monitor.watchdog.sources.shared_gpus import ShareLookup
 from volcano_monitor.watchdog.state.samples import UsageSample
 
 NOW = 1714557600.0
@@ -84,20 +86,33 @@ def prom() -> Iterator[FakePrometheus]:
     fake.close()
 
 
-def collector(prom: FakePrometheus, namespaces: tuple[str, ...] = (), **settings: Any) -> PrometheusCollector:
-    settings.setdefault("dcgm_labels", "namespace")  # the label style is detected in tests of its own
-    return PrometheusCollector(PrometheusSource(url=prom.url + "/", enabled=True, **settings), namespaces)
+def collector(prom: FakePrometheus, namespaces: tuple[str, ...] = (), shares: ShareLookup | None = None,
+              **settings: Any) -> PrometheusCollector:
+    settings.setdefault("dcgm_labels", "namespace")  # the label styles are detected in tests of their own
+    settings.setdefault("hami_metrics", "legacy")
+    return PrometheusCollector(PrometheusSource(url=prom.url + "/", enabled=True, **settings), namespaces,
+                               shares=shares)
 
 
-def by_metric(cpu: bytes, memory: bytes, gpu: bytes, gpu_count: bytes) -> Answer:
+def by_metric(cpu: bytes, memory: bytes, gpu: bytes, hami_util: bytes | None = None) -> Answer:
     def answer(q: str) -> tuple[int, bytes]:
         if "container_cpu_usage_seconds_total" in q:
             return 200, cpu
         if "container_memory_working_set_bytes" in q:
             return 200, memory
-        return 200, gpu_count if q.startswith("count") else gpu
+        if "Device_utilization_desc_of_container" in q:
+            return 200, hami_util or vector([])
+        return 200, gpu
 
     return answer
+
+
+def card(pod: str, uuid: str, container: str = "main", namespace: str = "team-a") -> dict[str, str]:
+    return {**labels(pod, container, namespace), "UUID": uuid}
+
+
+def vgpu(pod: str, uuid: str, container: str = "main", namespace: str = "team-a") -> dict[str, str]:
+    return {"podnamespace": namespace, "podname": pod, "ctrname": container, "deviceuuid": uuid}
 
 
 def test_queries_and_merge(prom: FakePrometheus) -> None:
@@ -105,8 +120,7 @@ def test_queries_and_merge(prom: FakePrometheus) -> None:
         cpu=vector([(labels("p0"), "1.5"), (labels("p1"), "0.25"), (labels("p2"), "NaN"),
                     ({"namespace": "team-a", "pod": "p3"}, "1")]),
         memory=vector([(labels("p0"), "1073741824"), (labels("p1"), "2048"), (labels("p4", "side"), "1e3")]),
-        gpu=vector([(labels("p0"), "37.5")]),
-        gpu_count=vector([(labels("p0"), "2")]),
+        gpu=vector([(card("p0", "GPU-a"), "35"), (card("p0", "GPU-b"), "40")]),
     )
     c = collector(prom, rate_window="2m", bearer_token="s3cret")
     samples = c.collect(NOW)
@@ -119,8 +133,8 @@ def test_queries_and_merge(prom: FakePrometheus) -> None:
         'sum by (namespace, pod, container) (rate(container_cpu_usage_seconds_total'
         '{container!="", container!="POD"}[2m]))',
         'max by (namespace, pod, container) (container_memory_working_set_bytes{container!="", container!="POD"})',
-        'avg by (namespace, pod, container) (DCGM_FI_DEV_GPU_UTIL{pod!=""})',
-        'count by (namespace, pod, container) (DCGM_FI_DEV_GPU_UTIL{pod!=""})',
+        'max by (namespace, pod, container, UUID) (DCGM_FI_DEV_GPU_UTIL{pod!=""})',
+        'max by (podnamespace, podname, ctrname, deviceuuid) (Device_utilization_desc_of_container{podname!=""})',
     ]
     assert {r["path"] for r in prom.requests} == {"/api/v1/query"}
     assert {r["time"] for r in prom.requests} == {f"{NOW:.3f}"}
@@ -130,9 +144,38 @@ def test_queries_and_merge(prom: FakePrometheus) -> None:
 
 
 def test_gpu_queries_off(prom: FakePrometheus) -> None:
-    c = collector(prom, gpu=False)
+    c = collector(prom, gpu=False, hami=False)
     assert c.collect(NOW) == []
-    assert len(prom.queries) == 2 and not any("DCGM" in q for q in prom.queries)
+    assert len(prom.queries) == 2 and not any("DCGM" in q or "Device_" in q for q in prom.queries)
+
+
+def test_shared_cards_from_hami_and_dcgm(prom: FakePrometheus) -> None:
+    """DCGM's card GPU-q at 80 % is shared by q0..q3 (a quarter each): each is credited 0.2 GPUs, 80 % of its
+    share. h0 and h1 share GPU-h at half a card each; HAMi says h0 kept 30 % of the card busy, h1 nothing:
+    HAMi replaces DCGM's split (which would give both 35 %). w holds GPU-w whole: the plain reading."""
+    shares = {"q0": 0.25, "q1": 0.25, "q2": 0.25, "q3": 0.25, "h0": 0.5, "h1": 0.5, "w": 1.0}
+    prom.answer = by_metric(
+        cpu=vector([]), memory=vector([]),
+        gpu=vector([*((card(f"q{i}", "GPU-q"), "80") for i in range(4)),
+                    (card("h0", "GPU-h"), "35"), (card("h1", "GPU-h"), "35"), (card("w", "GPU-w"), "60")]),
+        hami_util=vector([(vgpu("h0", "GPU-h"), "30"), (vgpu("h1", "GPU-h"), "0")]))
+    c = collector(prom, shares=lambda namespace, pod: shares.get(pod))
+    got = {s.pod: (s.gpu_util_percent, s.gpus) for s in c.collect(NOW)}
+    assert got == {**{f"q{i}": (pytest.approx(80.0), 0.25) for i in range(4)},
+                   "h0": (pytest.approx(60.0), 0.5), "h1": (0.0, 0.5), "w": (60.0, 1.0)}
+    used = sum((u or 0) / 100 * g for u, g in got.values())
+    assert used == pytest.approx(0.8 + 0.3 + 0.6)  # the physical GPUs the cards kept busy, none counted twice
+    assert not c.errors
+
+
+def test_without_shares_every_card_reads_whole(prom: FakePrometheus) -> None:
+    """No pod known (the caches have not synced): a card DCGM names two pods on is still split (each is
+    taken for a whole card's holder, so half each); HAMi's reading stays the percentage of the card."""
+    prom.answer = by_metric(cpu=vector([]), memory=vector([]),
+                            gpu=vector([(card("a", "GPU-1"), "50"), (card("b", "GPU-1"), "50")]),
+                            hami_util=vector([(vgpu("h", "GPU-2"), "20"), (vgpu("h", "GPU-3"), "40")]))
+    got = {s.pod: (s.gpu_util_percent, s.gpus) for s in collector(prom).collect(NOW)}
+    assert got == {"a": (25.0, 1.0), "b": (25.0, 1.0), "h": (30.0, 2.0)}
 
 
 def unquote(literal: str) -> str:
@@ -198,17 +241,18 @@ def test_bad_answers_are_counted(prom: FakePrometheus, status: int, body: bytes,
     assert c.collect(NOW) == []
     assert c.errors == {cause: 4 if cause != "series" else 12}
     assert len(prom.queries) == 4  # an answered request does not stop the round
-    prom.answer = lambda q: (200, vector([(labels("p"), "1")]))
+    prom.answer = lambda q: (200, vector([] if "Device_" in q else [(labels("p"), "1")]))
     assert len(c.collect(NOW)) == 1  # and the next round works
     assert c.errors[cause] == (4 if cause != "series" else 12)
 
 
 def test_one_failing_query_keeps_the_others(prom: FakePrometheus) -> None:
     ok = vector([(labels("p"), "2")])
-    prom.answer = lambda q: (422, orjson.dumps({"status": "error", "error": "x"})) if "DCGM" in q else (200, ok)
+    prom.answer = lambda q: ((422, orjson.dumps({"status": "error", "error": "x"})) if "DCGM" in q
+                             else (200, vector([]) if "Device_" in q else ok))
     c = collector(prom)
     assert c.collect(NOW) == [UsageSample(NOW, "team-a", "p", "main", 2.0, 2.0, None, 0, 300.0)]
-    assert c.errors == {"query": 2} and c.last_success is None
+    assert c.errors == {"query": 1} and c.last_success is None
 
 
 def test_auto_dcgm_style_is_asked_until_known_then_every_redetect_rounds(prom: FakePrometheus) -> None:
@@ -220,7 +264,7 @@ def test_auto_dcgm_style_is_asked_until_known_then_every_redetect_rounds(prom: F
         if q == style_query():
             return 200, vector(styles)
         if "DCGM_FI_DEV_GPU_UTIL" in q and styles:  # the DCGM series exist from when the styles say so
-            return 200, vector([(exported, "2" if q.startswith("count") else "40")])
+            return 200, vector([({**exported, "UUID": "GPU-1"}, "40"), ({**exported, "UUID": "GPU-2"}, "40")])
         return 200, vector([])
 
     prom.answer = answer
@@ -231,9 +275,8 @@ def test_auto_dcgm_style_is_asked_until_known_then_every_redetect_rounds(prom: F
     assert c.dcgm_style == EXPORTED_STYLE
     assert [(s.namespace, s.pod, s.container, s.gpu_util_percent, s.gpus) for s in samples] == [
         ("team-a", "p0", "main", 40.0, 2)]
-    assert prom.queries[-2:] == [
-        'avg by (exported_namespace, exported_pod, exported_container) (DCGM_FI_DEV_GPU_UTIL{exported_pod!=""})',
-        'count by (exported_namespace, exported_pod, exported_container) (DCGM_FI_DEV_GPU_UTIL{exported_pod!=""})']
+    assert prom.queries[-2] == ('max by (exported_namespace, exported_pod, exported_container, UUID) '
+                                '(DCGM_FI_DEV_GPU_UTIL{exported_pod!=""})')
     asked = prom.queries.count(style_query())
     for _ in range(REDETECT_ROUNDS - 1):
         c.collect(NOW)
@@ -247,3 +290,31 @@ def test_auto_dcgm_style_with_prometheus_down_stops_the_round() -> None:
     c = PrometheusCollector(PrometheusSource(url="http://127.0.0.1:1", enabled=True, timeout_seconds=0.5))
     assert c.collect(NOW) == []
     assert c.errors == {"connection": 1} and c.dcgm_style is None
+
+
+def test_auto_hami_style_reads_the_names_prometheus_has(prom: FakePrometheus) -> None:
+    """HAMi >= 2.8 names (hami_container_device_utilization_ratio) scraped without honorLabels: the
+    container's labels are exported_*, the monitor's own pod is `pod`. Detected, then read in that style."""
+    current = {"exported_namespace": "team-a", "exported_pod": "h0", "exported_container": "main",
+               "namespace": "hami-system", "pod": "hami-device-plugin-x", "device_uuid": "GPU-1", "zone": "vGPU"}
+    styles: list[tuple[dict[str, str], str]] = []
+
+    def answer(q: str) -> tuple[int, bytes]:
+        if q == hami.style_query():
+            return 200, vector(styles)
+        if "hami_container_device_utilization_ratio" in q:
+            return 200, vector([(current, "12.5")])
+        return 200, vector([])
+
+    prom.answer = answer
+    c = collector(prom, hami_metrics="auto", gpu=False)
+    assert c.collect(NOW) == [] and c.hami_style is None  # no HAMi series: the legacy names meanwhile
+    assert 'Device_utilization_desc_of_container{podname!=""}' in prom.queries[-1]
+    styles[:] = [({"style": "exported"}, "4"), ({"style": "legacy"}, "1")]
+    samples = c.collect(NOW)
+    assert c.hami_style == hami.EXPORTED
+    assert prom.queries[-1] == ('max by (exported_namespace, exported_pod, exported_container, device_uuid) '
+                                '(hami_container_device_utilization_ratio{exported_pod!=""})')
+    assert [(s.pod, s.container, s.gpu_util_percent, s.gpus) for s in samples] == [("h0", "main", 12.5, 1.0)]
+    assert not c.errors
+

@@ -1,0 +1,97 @@
+"""HAMi's vGPU monitor (`hami-device-plugin`'s vGPUmonitor, port 31992) as read from Prometheus: which of its
+naming schemes this Prometheus holds, and the per-device series of each container.
+
+What HAMi exposes per container and vGPU (cmd/vGPUmonitor/metrics.go, checked in Project-HAMi/HAMi):
+
+| meaning | `legacy` name (HAMi <= 2.x; later `--legacy-metrics`) | `current` name |
+|---|---|---|
+| SM utilisation | `Device_utilization_desc_of_container` | `hami_container_device_utilization_ratio` |
+| memory used | `vGPU_device_memory_usage_in_bytes` | `hami_vgpu_memory_used_bytes` |
+| memory limit | `vGPU_device_memory_limit_in_bytes` | `hami_vgpu_memory_limit_bytes` |
+| labels | `podnamespace, podname, ctrname, vdeviceid, deviceuuid` | `namespace, pod, container, vdevice_index,
+device_uuid` |
+
+plus `zone="vGPU"` on all, and per card `HostCoreUtilization` / `hami_host_gpu_utilization_ratio`.
+
+Why the utilisation is a share of the PHYSICAL card: the monitor sums, per vGPU, the `smUtil` HAMi-core records
+for each process of the container, which is NVML's per-process utilisation (nvmlDeviceGetProcessUtilization),
+a percentage of the whole device. A container limited to `gpucores: 25` that runs flat out reads about 25,
+not 100. So `value / 100` is the physical GPUs it keeps busy on that card, with no knowledge of its share.
+
+Why three styles: the `current` names carry `namespace/pod/container` like DCGM's, so scraped without
+honorLabels they become `exported_*` (the monitor's own pod wins); the legacy names never collide.
+`auto` asks Prometheus which style has more series (`style_query`), as for DCGM.
+
+Why a series may be missing: HAMi-core writes a container's shared region only once the container uses CUDA
+or NVML; a container that never touched its vGPU has no series (HAMi #281). It is then left to DCGM.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import Any
+
+LEGACY, CURRENT, EXPORTED = "legacy", "current", "exported"
+
+
+@dataclass(frozen=True, slots=True)
+class HamiNames:
+    util: str
+    memory_used: str
+    memory_limit: str
+    labels: tuple[str, str, str]  # where namespace, pod and container are
+    device: str  # the card's UUID label
+
+
+_CURRENT = ("hami_container_device_utilization_ratio", "hami_vgpu_memory_used_bytes", "hami_vgpu_memory_limit_bytes")
+STYLES: dict[str, HamiNames] = {
+    LEGACY: HamiNames("Device_utilization_desc_of_container", "vGPU_device_memory_usage_in_bytes",
+                      "vGPU_device_memory_limit_in_bytes", ("podnamespace", "podname", "ctrname"), "deviceuuid"),
+    CURRENT: HamiNames(*_CURRENT, ("namespace", "pod", "container"), "device_uuid"),
+    EXPORTED: HamiNames(*_CURRENT, ("exported_namespace", "exported_pod", "exported_container"), "device_uuid"),
+}
+
+DeviceKey = tuple[str, str, str, str]  # namespace, pod, container, card uuid
+
+
+def _selector(style: str, namespace_matcher: str) -> str:
+    names = STYLES[style]
+    matchers = [f'{names.labels[1]}!=""']
+    if style == CURRENT:
+        matchers.append('exported_pod=""')  # the exported style's series have the monitor's own `pod` too
+    if namespace_matcher:
+        matchers.append(namespace_matcher)
+    return "{" + ", ".join(matchers) + "}"
+
+
+def util_query(style: str, namespace_matcher: str = "") -> str:
+    """Per container and card: its SM utilisation in percent of the card. `max` per device: the same monitor
+    scraped by two jobs must not count twice."""
+    names = STYLES[style]
+    by = ", ".join((*names.labels, names.device))
+    return f"max by ({by}) ({names.util}{_selector(style, namespace_matcher)})"
+
+
+def style_query() -> str:
+    """How many container utilisation series each naming style has, as `{style="legacy"|"current"|"exported"}`."""
+    legacy, current = STYLES[LEGACY].util, STYLES[CURRENT].util
+    return (f'count by (style) (label_replace({legacy}{{podname!=""}}, "style", "{LEGACY}", "", "") '
+            f'or label_replace({current}{{exported_pod!=""}}, "style", "{EXPORTED}", "", "") '
+            f'or label_replace({current}{{exported_pod="", pod!=""}}, "style", "{CURRENT}", "", ""))')
+
+
+def read_style(data: Any) -> str | None:
+    """The style with more series in `style_query`'s answer; None when Prometheus has no HAMi series."""
+    counts: dict[str, float] = {}
+    result = data.get("result") if isinstance(data, dict) else None
+    for series in result if isinstance(result, list) else []:
+        try:
+            style, value = series["metric"]["style"], float(series["value"][1])
+        except (KeyError, TypeError, ValueError, IndexError):
+            continue
+        if style in STYLES and math.isfinite(value) and value > 0:
+            counts[style] = value
+    if not counts:
+        return None
+    return max(sorted(counts), key=lambda style: counts[style])
