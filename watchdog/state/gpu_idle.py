@@ -1,4 +1,4 @@
-"""GPU idle seconds per job, counted from the Prometheus collector's rounds (DCGM utilisation).
+"""GPU idle seconds per job, counted from the Prometheus collector's rounds (DCGM and HAMi utilisation).
 
 Each round of samples (one instant, every container Prometheus reported) is grouped by job, over the
 pods that requested GPUs. A job is:
@@ -10,6 +10,14 @@ pods that requested GPUs. A job is:
   count the current streak, as Run:ai's idle-GPU rules do, so the limit means "idle this long in a row");
 - **no_gpu_data** when a GPU pod has usage samples (it runs) but no DCGM_FI_DEV_GPU_UTIL series: a node
   without the DCGM exporter, or a pod mapping that is off. Never idle: nothing is known about its GPUs.
+
+On shared cards (HAMi, Volcano's vGPU) a pod's utilisation is that of its share of the card, as the collector
+reads it (watchdog.sources.shared_gpus): with HAMi's series its own, so a pod is idle when it used ~nothing
+even while the pods beside it keep the card busy; with DCGM only, the card's utilisation split across the pods
+sharing it, so a pod is idle exactly when its card is (DCGM cannot tell which pod used the card). The
+threshold means the same on a whole card and on a quarter: 5 % is 5 % of what the pod holds. A HAMi container
+that never touched its vGPU has no HAMi series (HAMi-core writes them on first CUDA use): without a DCGM series
+naming its pod either, it is no_gpu_data, not idle.
 
 Why the time since the previous round, capped: a gap longer than `max_gap_seconds` (collector down,
 leadership moved) says nothing about what the GPUs did, so it adds nothing rather than a guess.
@@ -41,7 +49,8 @@ class JobGpu:
     queue: str
     state: str
     idle_seconds: float  # the current idle streak (0 unless idle)
-    gpu_util_percent: float | None  # the highest utilisation among its GPU pods in the latest round
+    # the highest utilisation among its GPU pods in the latest round (on a shared card: of the pod's share)
+    gpu_util_percent: float | None
     gpu_pods: int
     last_ts: float
     state_since: float  # when the job entered its current state (this replica's view)

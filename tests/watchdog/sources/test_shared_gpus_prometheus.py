@@ -18,9 +18,12 @@ from collections.abc import Iterator
 import pytest
 
 from tests.watchdog.promhistory import PrometheusServer, create_blocks
+from volcano_monitor.watchdog.actions.gpu_idle.settings import GpuIdleSettings
 from volcano_monitor.watchdog.sources import hami
 from volcano_monitor.watchdog.sources.prometheus import NAMESPACE_STYLE, PrometheusCollector
 from volcano_monitor.watchdog.sources.settings import PrometheusSource
+from volcano_monitor.watchdog.state.gpu_idle import BUSY, IDLE, GpuIdleTracker
+from volcano_monitor.watchdog.state.samples import PodInfo
 
 END = 1_700_000_000  # the instant queried; the series run for the 10 minutes before it
 SHARES = {"q0": 0.25, "q1": 0.25, "q2": 0.25, "q3": 0.25, "i0": 0.5, "i1": 0.5, "h0": 0.5, "h1": 0.5,
@@ -96,3 +99,21 @@ def test_namespace_filter_applies_to_hami_and_dcgm(prometheus: tuple[str, str]) 
     collector = PrometheusCollector(PrometheusSource(url=url, enabled=True), namespaces=("team-b",))
     assert collector.collect(float(END)) == []
     assert not collector.errors, collector.last_error
+
+
+def test_gpu_idle_on_shared_cards(prometheus: tuple[str, str]) -> None:
+    """GpuIdle fed by the collector: i0/i1 (DCGM only) are idle because their card is; h1 is idle because HAMi
+    says it used nothing, although its card is busy with h0; the quarter-card job q is busy."""
+    url, _ = prometheus
+    collector = PrometheusCollector(PrometheusSource(url=url, enabled=True), shares=lambda ns, pod: SHARES.get(pod))
+    jobs = {pod: "q" if pod.startswith("q") else pod for pod in SHARES}
+    infos = {pod: PodInfo(f"uid-{job}", job, "team-a", job, "main", "gpu", "Running", 1.0, 2**30, SHARES[pod])
+             for pod, job in jobs.items()}
+    tracker = GpuIdleTracker(GpuIdleSettings(idle_util_percent=5), max_gap_seconds=180)
+    for at in (END - 60, END):
+        tracker.observe(collector.collect(float(at)), lambda ns, pod: infos.get(pod) if ns == "team-a" else None)
+    states = {job.job_name: (job.state, job.idle_seconds) for job in tracker.snapshot()}
+    assert states == {"q": (BUSY, 0.0), "i0": (IDLE, 60.0), "i1": (IDLE, 60.0), "h0": (BUSY, 0.0),
+                      "h1": (IDLE, 60.0), "w": (BUSY, 0.0), "m": (BUSY, 0.0)}
+    q = next(job for job in tracker.snapshot() if job.job_name == "q")
+    assert q.gpu_pods == 4 and q.gpu_util_percent == pytest.approx(80.0)  # of each pod's quarter
