@@ -1,44 +1,39 @@
 """HyperNode fragmentation: free physical GPUs per HyperNode, the largest gang one HyperNode of each tier can
-still take, and whether a hard-topology gang fits anywhere it is allowed to go.
+still take, and whether a hard-topology gang fits anywhere it is allowed to go. Pure, no I/O: the watchdog's
+`findings/topology.py` feeds it.
 
-Why this exists: with topology-aware scheduling (Volcano v1.12+, `topology.volcano.sh` HyperNodes) a gang
-whose PodGroup says `networkTopology: {mode: hard, highestTierAllowed: N}` must be placed inside ONE
-HyperNode of tier <= N. A cluster with 16 free GPUs spread 4 to a tier-1 HyperNode takes no 8-GPU gang at
-tier 1, and nothing in Volcano says so: the gang waits, looking like a plain "not enough resources".
+Why: with topology-aware scheduling (Volcano v1.12+, `topology.volcano.sh` HyperNodes) a PodGroup with
+`networkTopology: {mode: hard, highestTierAllowed: N}` must be placed inside ONE HyperNode of tier <= N. A
+cluster with 16 free GPUs spread 4 to a tier-1 HyperNode takes no 8-GPU gang at tier 1, and nothing in
+Volcano says so: the gang waits, looking like a plain "not enough resources".
 
-The tree, as Volcano's scheduler resolves it (pkg/scheduler/api/hyper_node_info.go, `GetMembers`): a
-HyperNode's members are `Node`s, picked by `exactMatch` (a name), `regexMatch` (Go's `regexp.MatchString`:
-unanchored, so it is `re.search` here) or `labelMatch` (a label selector; an empty one picks nothing), or
-`HyperNode`s, picked by `exactMatch`. The leaf nodes of a HyperNode are its Node members and the leaves of
-its HyperNode members, whatever the tiers say.
+The tree, as Volcano's scheduler resolves it (`GetMembers`): a HyperNode's members are `Node`s, picked by
+`exactMatch` (a name), `regexMatch` (Go's `regexp.MatchString`: unanchored, so `re.search` here) or
+`labelMatch` (a label selector; an empty one picks nothing), or `HyperNode`s, picked by `exactMatch`. Its
+leaf nodes are its Node members and the leaves of its HyperNode members, whatever the tiers say.
 
-The room of a node, for a gang (the GpuStranded rule, watchdog/findings/detectors/stranded.py): a gang
-spreads one GPU-granular pod at a time, each GPU needing `cpu_per_gpu` cores and `memory_per_gpu` bytes, so
-a node takes `floor(min(free GPUs, free cpu / cpu_per_gpu, free memory / memory_per_gpu))` of its GPUs. A
-HyperNode takes the sum over its leaf nodes. Nodes not Ready or cordoned take nothing and count no free GPU.
+A node's room for a gang is GpuStranded's rule (watchdog/findings/detectors/stranded.py): a gang spreads one
+GPU-granular pod at a time, each GPU needing `cpu_per_gpu` cores and `memory_per_gpu` bytes, so a node takes
+`floor(min(free GPUs, free cpu / cpu_per_gpu, free memory / memory_per_gpu))`, a HyperNode the sum over its
+leaf nodes. Nodes not Ready or cordoned take nothing and count no free GPU.
 
-Bad input never raises: a member naming an unknown node or HyperNode, a HyperNode reached from itself (a
-loop), a regex that does not compile, a label operator Kubernetes does not know: each is a `Problem` in the
-result (the caller counts and logs them), and the member picks nothing (the loop's back edge is cut).
-
-Pure functions and dataclasses, no I/O: the watchdog's `findings/topology.py` feeds them.
+Bad input never raises: a member naming an unknown node or HyperNode, a loop, a regex that does not compile,
+a label operator Kubernetes does not know are each a `Problem` in the result (the caller counts and logs
+them), and the member picks nothing (a loop's back edge is cut).
 """
-
 from __future__ import annotations
 
 import math
 import re
-from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass, field
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
 
 from volcano_monitor.core.fields import arr, integer, istring, item_obj, obj, read_meta, root, string, string_map
 
-__all__ = [
-    "BAD_REGEX", "BAD_SELECTOR", "LOOP", "PROBLEM_KINDS", "UNKNOWN_HYPERNODE", "UNKNOWN_NODE",
-    "Fragmentation", "HyperNodeRoom", "HyperNodeSpec", "Member", "NodeRoom", "Problem", "Requirement", "Tree",
-    "Verdict", "fits_in_topology", "fragmentation", "largest_gang", "node_usable_gpus", "parse_hypernode_spec",
-    "problem_counts", "resolve", "spec_problems", "tier_of_name", "topology_verdict", "usable_gpus",
-]
+__all__ = ["BAD_REGEX", "BAD_SELECTOR", "LOOP", "PROBLEM_KINDS", "UNKNOWN_HYPERNODE", "UNKNOWN_NODE", "Fragmentation",
+           "HyperNodeRoom", "HyperNodeSpec", "Member", "NodeRoom", "Problem", "Requirement", "Tree", "Verdict",
+           "fits_in_topology", "fragmentation", "largest_gang", "node_usable_gpus", "parse_hypernode_spec", "resolve",
+           "tier_of_name", "topology_verdict", "usable_gpus"]
 
 EPSILON = 1e-9
 
@@ -51,8 +46,6 @@ PROBLEM_KINDS = (UNKNOWN_NODE, UNKNOWN_HYPERNODE, LOOP, BAD_REGEX, BAD_SELECTOR)
 
 LABEL_OPERATORS = frozenset({"In", "NotIn", "Exists", "DoesNotExist"})
 
-
-# ------------------------------------------------------------------------------------------- the spec
 
 
 @dataclass(frozen=True, slots=True)
@@ -120,8 +113,6 @@ def parse_hypernode_spec(raw: object) -> HyperNodeSpec:
                          problems=tuple(probs))
 
 
-# ------------------------------------------------------------------------------------- resolving the tree
-
 
 @dataclass(frozen=True, slots=True)
 class Problem:
@@ -159,8 +150,7 @@ def _label_match(member: Member, labels: Mapping[str, str]) -> bool:
     return True
 
 
-def _selector_problem(member: Member) -> str:
-    """Why a labelMatch picks nothing for a reason Kubernetes would reject ("" when it is well formed)."""
+def _selector_problem(member: Member) -> str:  # why Kubernetes would reject a labelMatch ("" if well formed)
     for req in member.match_expressions:
         if req.operator not in LABEL_OPERATORS:
             return f"label operator {req.operator!r} (In, NotIn, Exists, DoesNotExist)"
@@ -263,8 +253,6 @@ def tier_of_name(tree: Tree, tier_name: str) -> int | None:
     return min(tiers) if tiers else None
 
 
-# ------------------------------------------------------------------------------------------- the room
-
 
 @dataclass(frozen=True, slots=True)
 class NodeRoom:
@@ -299,14 +287,14 @@ def usable_gpus(free_gpus: float, free_cpu: float, free_memory: float, cpu_per_g
 
 
 def node_usable_gpus(node: NodeRoom, cpu_per_gpu: float, memory_per_gpu: float, granularity: float = 1.0) -> float:
-    if not node.schedulable:
-        return 0.0
-    return usable_gpus(node.free_gpus, node.cpu - node.used_cpu, node.memory - node.used_memory,
-                       cpu_per_gpu, memory_per_gpu, granularity)
+    """What `usable_gpus` gives of a node's free amounts (nothing on a node not Ready or cordoned)."""
+    free_cpu, free_memory = node.cpu - node.used_cpu, node.memory - node.used_memory
+    return usable_gpus(node.free_gpus, free_cpu, free_memory, cpu_per_gpu, memory_per_gpu, granularity) \
+        if node.schedulable else 0.0
 
 
 @dataclass(frozen=True, slots=True)
-class HyperNodeRoom:
+class HyperNodeRoom:  # one HyperNode in `Fragmentation`
     name: str
     tier: int
     tier_name: str
@@ -324,7 +312,7 @@ class Fragmentation:
     problems: tuple[Problem, ...] = ()
 
 
-def _inside(leaves: frozenset[str], nodes: Mapping[str, NodeRoom]) -> list[NodeRoom]:
+def _inside(leaves: frozenset[str], nodes: Mapping[str, NodeRoom]) -> list[NodeRoom]:  # the ones known
     return [nodes[n] for n in leaves if n in nodes]
 
 
@@ -383,7 +371,7 @@ class Verdict:
     largest_gang: float  # the most it could get inside one allowed HyperNode
     hypernode: str  # that HyperNode ("" when no HyperNode of an allowed tier exists)
     cluster_gpus: float  # what it could get spread over the whole cluster
-    message: str = field(default="")
+    message: str = ""
 
 
 def topology_verdict(gang_gpus: float, gang_cpu: float, gang_memory: float, highest_tier: int, tree: Tree,
@@ -407,15 +395,3 @@ def topology_verdict(gang_gpus: float, gang_cpu: float, gang_memory: float, high
                    f"needs {gang_gpus:g} GPUs inside one HyperNode of tier <= {highest_tier}: {inside}, "
                    f"while the cluster's nodes could take {everywhere:g}")
 
-
-def problem_counts(problems: Sequence[Problem]) -> dict[str, int]:
-    """Problems by kind, every kind present (0 when none): the counter's series."""
-    counts = dict.fromkeys(PROBLEM_KINDS, 0)
-    for p in problems:
-        counts[p.kind] = counts.get(p.kind, 0) + 1
-    return counts
-
-
-def spec_problems(specs: Iterable[HyperNodeSpec]) -> list[str]:
-    """The parse problems of the specs, named by HyperNode (for the caller's log)."""
-    return [f"HyperNode {s.name or '?'}: {p}" for s in specs for p in s.problems]

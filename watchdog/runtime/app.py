@@ -44,6 +44,7 @@ from volcano_monitor.watchdog.findings.detectors.waste import WasteDetector
 from volcano_monitor.watchdog.findings.expected import ExpectedStarts
 from volcano_monitor.watchdog.findings.recommendations.backfill import Backfiller, live_workloads
 from volcano_monitor.watchdog.findings.recommendations.book import HistogramBook
+from volcano_monitor.watchdog.findings.topology import TopologyView
 from volcano_monitor.watchdog.runtime.observe import BACKFILL, Observer
 from volcano_monitor.watchdog.runtime.tasks import DetectorSet, Tasks, WorkerStats, backfill_loop, retention_loop
 from volcano_monitor.watchdog.runtime.writer import Intervals, Item, Writer
@@ -54,6 +55,7 @@ from volcano_monitor.watchdog.state.cluster import ClusterIndex
 from volcano_monitor.watchdog.state.db.engine import describe_error, migrate
 from volcano_monitor.watchdog.state.events import SchedulerNotes
 from volcano_monitor.watchdog.state.gpu_idle import GpuIdleTracker
+from volcano_monitor.watchdog.state.hypernodes import HyperNodeTable
 from volcano_monitor.watchdog.state.ledger import Ledger
 from volcano_monitor.watchdog.state.nodes import NodeTable
 from volcano_monitor.watchdog.state.prices import PriceBook
@@ -98,9 +100,14 @@ class Watchdog:
         self.node_metrics = NodeMetricsCollector(api) if self.hot is not None and api is not None \
             and found.node_hot.source == "node_metrics" else None
         self._node_informer: Informer[Any] | None = None
+        # HyperNode fragmentation (/metrics, /why, GangUnschedulable): HyperNodes into their own locked table.
+        self.hypernodes = HyperNodeTable()
+        self.topology = TopologyView(self.nodes, self.hypernodes, self.index, found.gpu_stranded, clock=clock,
+                                     leading=lambda: self.leader.is_leader())
         self.detectors = DetectorSet(failures=FailureDetector(found), queues=queues,
                                      gangs=GangDetector(found, self.notes, blocked=queues.blocked,
-                                                        expected=self.expected.get),
+                                                        expected=self.expected.get,
+                                                        topology=self.topology.verdict),
                                      waste=WasteDetector(found, settle_seconds=4 * self.intervals.flush,
                                                           live=self.index.live_run_uids,
                                                           synced=self.index_synced),
@@ -136,10 +143,11 @@ class Watchdog:
         self.informers: list[Informer[Any]] = []
         if api is not None:
             self.informers = feeds.informers(api, settings, self.notes, self.writer.enqueue, informer_backoff)
-            priced_by_node = bool(settings.costs.node_pools or settings.costs.gpu_models)
-            if self.stranded is not None or self.hot is not None or priced_by_node:
-                self._node_informer = feeds.node_informer(api, self.nodes.on_node, informer_backoff)
-                self.informers.append(self._node_informer)
+            # Nodes feed the node detectors, prices by node and the HyperNode fragmentation view (whose
+            # HyperNode informer is optional: idle before Volcano v1.12).
+            self._node_informer = feeds.node_informer(api, self.nodes.on_node, informer_backoff)
+            self.informers.append(self._node_informer)
+            self.informers.append(feeds.hypernode_informer(api, self.hypernodes.on_hypernode, informer_backoff))
         self.collectors, self._sources = feeds.usage_sources(settings, api, self.index.pod_info)
         prom = settings.sources.prometheus
         self.backfiller = Backfiller(prom, settings.recommendations, engine, self.histograms, clock=clock) \

@@ -218,6 +218,7 @@ def run_watchdog(settings: Settings) -> int:
                 + (render_oom_metrics(oom.count_snapshot) if oom else "")
                 + render_gpu_idle_metrics(watchdog.gpu_idle.snapshot(), aborter.counts(), dcgm_style())
                 + render_stranded_metrics(watchdog.stranded)
+                + watchdog.topology.render_metrics()
                 + expected.render_metrics()
                 + (watchdog.backfiller.render_metrics() if watchdog.backfiller else ""))
 
@@ -227,9 +228,10 @@ def run_watchdog(settings: Settings) -> int:
                               wake=watchdog.notifier.wake,
                               identity=settings.leader_election.identity or socket.gethostname())
     app = create_app(engine, settings, health, queues=queues, outbox=watchdog.outbox,
-                     wake_notifier=watchdog.notifier.wake, request_made=watchdog.request_made, why=watchdog.index.why,
+                     wake_notifier=watchdog.notifier.wake, request_made=watchdog.request_made,
+                     why=watchdog.topology.why,
                      expected=expected.get,
-                     routers=[why_router(watchdog.index.why, watchdog.index_synced, expected.get),
+                     routers=[why_router(watchdog.topology.why, watchdog.index_synced, expected.get),
                               gpu_idle_router(engine, settings.gpu_idle, watchdog.gpu_idle.snapshot,
                                               leader.is_leader),
                               *([capability_router(engine, capability)] if capability else []),

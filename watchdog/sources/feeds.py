@@ -21,6 +21,7 @@ from volcano_monitor.core.containers import Containers, parse_containers
 from volcano_monitor.core.kube.informer import Informer
 from volcano_monitor.core.kube.resources import (
     EVENTS,
+    HYPERNODES,
     JOBS,
     NODES,
     PODGROUPS,
@@ -32,6 +33,7 @@ from volcano_monitor.core.kube.resources import (
 from volcano_monitor.core.model import Pod, parse_job, parse_node, parse_pod, parse_podgroup, parse_queue
 from volcano_monitor.core.podview import is_volcano_pod
 from volcano_monitor.core.queueorder import parse_priority_class
+from volcano_monitor.core.topology import parse_hypernode_spec
 from volcano_monitor.watchdog.config import Settings
 from volcano_monitor.watchdog.sources.metrics_api import MetricsApiCollector
 from volcano_monitor.watchdog.sources.node_metrics import NodeMetricsCollector
@@ -87,6 +89,16 @@ def node_informer(api: client.ApiClient, on_node: Callable[[str, Any], None],
     return nodes
 
 
+def hypernode_informer(api: client.ApiClient, on_hypernode: Callable[[str, Any], None],
+                       backoff: tuple[float, float]) -> Informer[Any]:
+    """HyperNodes (Volcano v1.12+), for the fragmentation view only (`findings.topology`): straight into their
+    locked table. Optional: before v1.12 (404) or without RBAC (403) the informer waits and retries, the
+    table stays empty, and readiness does not wait for it."""
+    hypernodes: Informer[Any] = Informer(api, HYPERNODES, transform=parse_hypernode_spec, backoff=Backoff(*backoff))
+    hypernodes.add_handler(on_hypernode)
+    return hypernodes
+
+
 _SHARED_CONTAINERS: dict[Any, Containers] = {}
 
 
@@ -130,11 +142,11 @@ def pod_view(workload_label: str | None, raw: Any) -> tuple[Pod, str]:
 
 
 def essential_synced(running: list[Informer[Any]]) -> bool:
-    """Every informer but the Events, Nodes and PriorityClasses ones has synced. Events only refine
+    """Every informer but the Events, Nodes, PriorityClasses and HyperNodes ones has synced. Events only refine
     GangUnschedulable's reason, Nodes only feed the node detectors (which wait for them), PriorityClasses
-    only order `/why`'s queue position: a cluster whose RBAC does not grant them yet must not keep the
-    watchdog unready."""
-    essential = [i for i in running if i.kind not in (EVENTS, NODES, PRIORITYCLASSES)]
+    only order `/why`'s queue position, HyperNodes only feed the fragmentation view: a cluster whose RBAC
+    does not grant them yet (or that predates the kind) must not keep the watchdog unready."""
+    essential = [i for i in running if i.kind not in (EVENTS, NODES, PRIORITYCLASSES, HYPERNODES)]
     return bool(essential) and all(i.synced.is_set() for i in essential)
 
 

@@ -47,6 +47,7 @@ from volcano_monitor.watchdog.findings.recommendations.backfill import (
     BACKFILL_SAMPLES,
     BACKFILL_WORKLOADS,
 )
+from volcano_monitor.watchdog.findings.topology import FAMILIES as HYPERNODE_TOPOLOGY
 from volcano_monitor.watchdog.state.cost_settings import Costs
 from volcano_monitor.watchdog.state.db.models import Alert, JobRun
 from volcano_monitor.watchdog.state.ledger import ended_at
@@ -128,7 +129,7 @@ FAMILIES = (ALERTS, REC_CPU, REC_MEMORY, REC_CONFIDENCE, JOB_EFFICIENCY, WASTED_
             COLLECTOR_ENABLED, COLLECTOR_UP, COLLECTOR_LAST_SUCCESS, COLLECTOR_ERRORS, COLLECTOR_SAMPLES,
             DATABASE_UP, READY, BUILD_INFO, LEADER, NOTIFICATIONS, OUTBOX_PENDING, OUTBOX_OLDEST, DEAD_LETTERS,
             CAPABILITY_TARGET, CAPABILITY_UPDATES, OOM_RESUBMISSIONS, JOB_GPU_IDLE, JOB_GPU_STATE, GPU_IDLE_ABORTS,
-            DCGM_LABEL_STYLE, NODE_STRANDED_GPUS, *EXPECTED_START,
+            DCGM_LABEL_STYLE, NODE_STRANDED_GPUS, *HYPERNODE_TOPOLOGY, *EXPECTED_START,
             BACKFILL_WORKLOADS, BACKFILL_SAMPLES, BACKFILL_ERRORS)
 
 

@@ -21,6 +21,11 @@ asks the queue detector (`blocked`) with the group's minResources. A gang that d
 an empty queue or cluster, or that was admitted but cannot be placed (NotEnoughResources,
 fragmentation), is GangUnschedulable.
 
+With `topology` (`findings.topology.TopologyView.verdict`), a gang whose PodGroup asks a hard network topology
+and that would fit the cluster's free GPUs but inside no HyperNode of an allowed tier says so: its summary
+gives `topology_fragmented` and the numbers (needs 8 GPUs in one HyperNode of tier <= 1, the most one takes,
+what the cluster could take), the scheduler's own words follow, and `details.topology` holds the same.
+
 With `expected` (the last round of `findings.expected`), GangUnschedulable says when the job is expected to
 start and what it waits for, or why it never will (`detectors.expect`); the fingerprint does not depend on it.
 
@@ -41,7 +46,9 @@ from datetime import UTC, datetime
 from typing import Any, NamedTuple
 
 from volcano_monitor.core.model import Job, PodGroup, Resources, res_add, res_dict
+from volcano_monitor.core.pending import TOPOLOGY_FRAGMENTED
 from volcano_monitor.core.podview import Pod
+from volcano_monitor.core.topology import Verdict
 from volcano_monitor.watchdog.findings.detectors.expect import Expected, expected_clause, expected_details
 from volcano_monitor.watchdog.findings.detectors.settings import Detectors
 from volcano_monitor.watchdog.state.events import SchedulerNotes
@@ -56,6 +63,8 @@ SUMMARY_MESSAGE_LEN = 300
 
 # (queue, demand) -> what QueueStarved would say blocks it (None: nothing; it waits for another reason)
 Blocked = Callable[[str, Resources], dict[str, Any] | None]
+# a waiting PodGroup -> `topology_fragmented`'s verdict (None: it fits a HyperNode it may use, or asks none)
+Topology = Callable[[PodGroup], Verdict | None]
 
 
 class _PodState(NamedTuple):
@@ -73,13 +82,16 @@ class GangDetector:
     KINDS = frozenset({GANG_UNSCHEDULABLE, PARTIAL_GANG})
 
     def __init__(self, settings: Detectors, notes: SchedulerNotes | None = None,
-                 blocked: Blocked | None = None, expected: Expected | None = None) -> None:
+                 blocked: Blocked | None = None, expected: Expected | None = None,
+                 topology: Topology | None = None) -> None:
         """`expected`: the last estimate of a job's start (`findings.expected`), put into GangUnschedulable's
-        details and summary (`detectors.expect`)."""
+        details and summary (`detectors.expect`). `topology`: whether a hard-topology gang is fragmented
+        (`findings.topology`)."""
         self.settings = settings
         self.notes = notes if notes is not None else SchedulerNotes()
         self.blocked = blocked
         self.expected = expected
+        self.topology = topology
         self._groups: dict[tuple[str, str], PodGroup] = {}
         self._pods: dict[str, _PodState] = {}  # pod uid -> state (Pending / Running pods of a group)
         self._members: dict[tuple[str, str], set[str]] = {}  # group -> pod uids
@@ -194,6 +206,14 @@ class GangDetector:
         why = message or reason or "no reason given"
         if len(why) > SUMMARY_MESSAGE_LEN:
             why = why[:SUMMARY_MESSAGE_LEN - 1] + "…"
+        fragmented = self.topology(group) if self.topology is not None else None
+        if fragmented is not None:
+            details["topology"] = {"reason": TOPOLOGY_FRAGMENTED, "gang_gpus": fragmented.gang_gpus,
+                                   "highest_tier": fragmented.highest_tier,
+                                   "largest_gang_gpus": fragmented.largest_gang, "hypernode": fragmented.hypernode,
+                                   "cluster_gpus": fragmented.cluster_gpus, "message": fragmented.message}
+            why = f"{TOPOLOGY_FRAGMENTED}: {fragmented.message}" + (f" (scheduler: {why})" if reason or message
+                                                                    else "")
         when = ""
         est = self.expected(group.namespace, group.owner_name or group.name) if self.expected is not None else None
         if est is not None:
