@@ -10,11 +10,13 @@ which node fits a pod, Volcano's messages) is in simulator.scheduler.
 
 from __future__ import annotations
 
+from volcano_monitor.simulator import topology
 from volcano_monitor.simulator.preempt import Preemption, priority
 from volcano_monitor.simulator.quantity import Resources
-from volcano_monitor.simulator.resources import NODES, QUEUES
+from volcano_monitor.simulator.resources import HYPERNODES, NODES, QUEUES
 from volcano_monitor.simulator.scheduler import (
     Headroom,
+    Placement,
     QueueView,
     gang_message,
     headroom,
@@ -23,6 +25,7 @@ from volcano_monitor.simulator.scheduler import (
     queue_view,
     take,
 )
+from volcano_monitor.simulator.specs import DEVICE_MANAGED
 from volcano_monitor.simulator.state import NodeSim, Obj, PodSim, RunSim, rfc3339
 
 
@@ -32,9 +35,11 @@ class Allocation(Preemption):
     def _schedule(self) -> None:
         queue_objs = self.store.objects(QUEUES)
         node_objs = self.store.objects(NODES)
-        # Nothing to do unless pods, runs, queue specs or node specs changed since the last pass.
+        hypernode_objs = self.store.objects(HYPERNODES) if HYPERNODES in self.store.buckets else []
+        # Nothing to do unless pods, runs, queue, node or HyperNode specs changed since the last pass.
         signature = (self._epoch, *((q["metadata"]["name"], q["metadata"].get("generation")) for q in queue_objs),
-                     *((n["metadata"]["name"], n["metadata"].get("generation")) for n in node_objs))
+                     *((n["metadata"]["name"], n["metadata"].get("generation")) for n in node_objs),
+                     *((h["metadata"]["name"], h["metadata"].get("generation")) for h in hypernode_objs))
         if signature == self._scheduled_at:
             return
         self._scheduled_at = signature
@@ -94,7 +99,8 @@ class Allocation(Preemption):
             message = f"queue {run.queue} is {view.state.lower()}"
         else:
             cluster = self._cluster_allocatable()
-            too_big = any(amount > cluster.get(r, 0.0) + 1e-9 for r, amount in run.min_resources.items())
+            too_big = any(amount > cluster.get(r, 0.0) + 1e-9 for r, amount in run.min_resources.items()
+                          if r not in DEVICE_MANAGED)
             capped = any(left is not None and any(run.min_resources.get(r, 0.0) > free + 1e-9
                                                   for r, free in left.items())
                          for left in (room.get(name) for name in chain))
@@ -126,8 +132,8 @@ class Allocation(Preemption):
         pending = sorted((p for p in run.pods.values() if p.active and p.node is None and p.phase == "Pending"),
                          key=lambda p: (order.get(p.task.name, 0), p.index))
         if pending:
-            placement = place(pending, nodes, cordoned, chain, room)
             held = sum(1 for p in run.pods.values() if p.active and (p.holding or p.phase == "Succeeded"))
+            placement = self._place_in_topology(run, pending, nodes, cordoned, chain, room, held)
             schedulable = 0
             discarded: list[tuple[PodSim, NodeSim]] = []
             if run.workload.gang and held + len(placement.plan) < run.workload.min_member:
@@ -158,6 +164,24 @@ class Allocation(Preemption):
                     else:
                         self._pod_unschedulable(pod, placement.failures.get(pod, message))
         self._pg_sync(run)
+
+    def _place_in_topology(self, run: RunSim, pending: list[PodSim], nodes: list[NodeSim], cordoned: set[str],
+                           chain: list[str], room: Headroom, held: int) -> Placement:
+        """First-fit on all nodes; a hard-topology gang (where the release serves HyperNodes) inside the first
+        allowed HyperNode that takes it whole (simulator.topology), or nowhere."""
+        highest = topology.hard_tier(run.workload.network_topology)
+        if highest is None or HYPERNODES not in self.store.buckets:
+            return place(pending, nodes, cordoned, chain, room)
+        holding = {p.node for p in run.pods.values() if p.active and p.holding and p.node}
+        groups = topology.allowed_groups(topology.resolve(self.store.objects(HYPERNODES), self.nodes), highest,
+                                         holding)
+        need = run.workload.min_member if run.workload.gang else 1
+        for group in groups:
+            inside = place(pending, [n for n in nodes if n.name in group.nodes], cordoned, chain, room)
+            if held + len(inside.plan) >= need and (inside.plan or not pending):
+                return inside
+        message = topology.unplaced_message(len(nodes), highest, groups)
+        return Placement([], dict.fromkeys(pending, message))
 
     def _pod_unschedulable(self, pod: PodSim, message: str, reason: str = "Unschedulable") -> None:
         if pod.unschedulable != message or pod.unschedulable_reason != reason:

@@ -14,7 +14,7 @@ from aiohttp import web
 from volcano_monitor.core.flags import Parser, env_flag, host_port, log_level_flag, positive_float
 from volcano_monitor.simulator.releases import release_name, release_store
 from volcano_monitor.simulator.runtime import bind_socket, write_kubeconfig
-from volcano_monitor.simulator.scenario import SCENARIOS
+from volcano_monitor.simulator.scenario import SCENARIOS, scenario_release
 from volcano_monitor.simulator.server import ApiServer
 
 log = logging.getLogger("volcano-sim")
@@ -45,7 +45,8 @@ def build_parser() -> argparse.ArgumentParser:
              help="scenario seconds per real second (60 plays an hour a minute)")
     env_flag(parser, "--volcano-release", "VOLCANO_SIM_VOLCANO_RELEASE", type=_release,
              help="serve the kinds and object shapes of this Volcano release (v1.9 ... v1.16), from its CRDs in "
-             "shared/volcano (or $VOLCANO_SIM_CRDS); default: Jobs, PodGroups and Queues as written, unpruned")
+             "shared/volcano (or $VOLCANO_SIM_CRDS); default: Jobs, PodGroups and Queues as written, unpruned "
+             "(the vgpu-* scenarios need v1.12+ and default to v1.12)")
     env_flag(parser, "--bookmark-interval", "VOLCANO_SIM_BOOKMARK_INTERVAL", default="30", type=positive_float,
              help="seconds between watch bookmarks")
     log_level_flag(parser, "VOLCANO_SIM")
@@ -55,8 +56,11 @@ def build_parser() -> argparse.ArgumentParser:
 async def serve(args: argparse.Namespace) -> None:
     from volcano_monitor.simulator.driver import Driver
 
-    store = release_store(args.volcano_release)
-    driver = Driver(store, args.scenario, args.speed)
+    store = release_store(scenario_release(args.scenario, args.volcano_release))
+    try:
+        driver = Driver(store, args.scenario, args.speed)
+    except ValueError as exc:  # a scenario the release cannot serve (vgpu-* before v1.12)
+        raise SystemExit(f"volcano-sim: {exc}") from None
     driver.setup()
     api = ApiServer(store, bookmark_interval=args.bookmark_interval, metrics_source=driver)
     runner = web.AppRunner(api.app(), access_log=None, handler_cancellation=True, shutdown_timeout=0.5)

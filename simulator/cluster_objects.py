@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import math
 
+from volcano_monitor.simulator import vgpu
 from volcano_monitor.simulator.quantity import Resources, format_bytes, format_cpu, format_resources
 from volcano_monitor.simulator.specs import QueueSpec
 from volcano_monitor.simulator.state import NodeSim, Obj, rfc3339, stable_uuid
@@ -40,7 +41,7 @@ def node_object(node: NodeSim, created: float) -> Obj:
         "apiVersion": "v1",
         "kind": "Node",
         "metadata": {"name": spec.name, "creationTimestamp": rfc3339(created), "labels": node.labels,
-                     "annotations": {"node.alpha.kubernetes.io/ttl": "0"}},
+                     "annotations": {"node.alpha.kubernetes.io/ttl": "0", **vgpu.node_annotations(node, created)}},
         "spec": obj_spec,
         "status": {
             "capacity": {**_node_quantities(node.capacity)},

@@ -36,12 +36,22 @@ from volcano_monitor.simulator.cluster_objects import (
 )
 from volcano_monitor.simulator.commands import consume
 from volcano_monitor.simulator.controllers import Controllers
-from volcano_monitor.simulator.resources import COMMANDS, JOBS, NAMESPACES, NODES, PODS, QUEUES, ResourceType
+from volcano_monitor.simulator.resources import (
+    COMMANDS,
+    HYPERNODES,
+    JOBS,
+    NAMESPACES,
+    NODES,
+    PODS,
+    QUEUES,
+    ResourceType,
+)
 from volcano_monitor.simulator.resources import PRIORITY_CLASSES as PRIORITY_CLASS_TYPE
 from volcano_monitor.simulator.scenario import PRIORITY_CLASSES, SCENARIOS
 from volcano_monitor.simulator.state import make_node
 from volcano_monitor.simulator.store import Store, WatchEvent
 from volcano_monitor.simulator.usage import render_prometheus
+from volcano_monitor.simulator.vgpu_metrics import card_usage, dcgm_card_lines, render_vgpu
 
 log = logging.getLogger(__name__)
 
@@ -55,6 +65,10 @@ class Driver(Controllers):
             raise ValueError(f"unknown scenario {scenario!r} (known: {', '.join(sorted(SCENARIOS))})")
         if not (isinstance(speed, int | float) and math.isfinite(speed) and speed > 0):
             raise ValueError(f"speed must be a positive number, not {speed!r}")
+        needs = SCENARIOS[scenario].min_release
+        if needs is not None and HYPERNODES not in store.buckets:
+            raise ValueError(f"scenario {scenario!r} needs Volcano {needs} or later (HyperNode, PodGroup "
+                             f"networkTopology): serve --volcano-release {needs} or later")
         super().__init__(store, SCENARIOS[scenario].configure(**scenario_params), speed, clock,
                          f"volcano-sim/{scenario}")
         self._deleted: list[tuple[ResourceType, str, str, str]] = []
@@ -124,8 +138,15 @@ class Driver(Controllers):
             await asyncio.sleep(interval)
 
     def prometheus_metrics(self) -> bytes:
-        """cAdvisor/DCGM-style usage of the running containers, as of the last tick."""
-        return render_prometheus((p.usage for p in self.pods.values() if p.usage is not None), self.now)
+        """cAdvisor/DCGM-style usage of the running containers, as of the last tick, and on a sharing device
+        plugin's nodes DCGM per card and the vGPU monitor's families (simulator.vgpu_metrics)."""
+        containers = [p.usage for p in self.pods.values() if p.usage is not None]
+        shared = [n for n in self.nodes.values() if n.shared]
+        if not shared:
+            return render_prometheus(containers, self.now)
+        cards = card_usage(containers, self.now)
+        body = render_prometheus(containers, self.now, dcgm_card_lines(shared, cards))
+        return body + render_vgpu(containers, shared, self.now).encode()
 
     # ---- objects deleted by someone else (kubectl, tests) -----------------------------------------
 

@@ -18,6 +18,7 @@ from collections.abc import Callable
 from typing import Any
 
 from volcano_monitor.simulator import objects as o
+from volcano_monitor.simulator import vgpu
 from volcano_monitor.simulator.cluster_objects import event_object
 from volcano_monitor.simulator.quantity import Resources, add, format_resources
 from volcano_monitor.simulator.resources import EVENTS, JOBS, PODGROUPS, PODS, QUEUES, ResourceType
@@ -128,10 +129,13 @@ class Engine:
             return
         obj = o.pod_object(pod)
         meta = current["metadata"]
+        added = {k: v for k, v in vgpu.pod_annotations(pod).items() if (meta.get("annotations") or {}).get(k) != v}
         if current.get("spec") != obj["spec"] or meta.get("deletionTimestamp") != obj["metadata"].get(
-                "deletionTimestamp"):
+                "deletionTimestamp") or added:
             new = self.store.get_copy(PODS, pod.namespace, pod.name) or {}
             new["spec"] = obj["spec"]
+            if added:  # the device plugin's annotations, once its vGPUs are placed (others' are kept)
+                new["metadata"]["annotations"] = {**(new["metadata"].get("annotations") or {}), **added}
             for key in ("deletionTimestamp", "deletionGracePeriodSeconds"):
                 if key in obj["metadata"]:
                     new["metadata"][key] = obj["metadata"][key]

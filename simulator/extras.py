@@ -1,5 +1,6 @@
 """The objects of the kinds later Volcano releases added, written only where the store serves the
-kind (simulator.releases): HyperNodes describing the nodes' network topology (v1.12+), a CronJob
+kind (simulator.releases): HyperNodes describing the nodes' network topology (v1.12+; the scenario's own tree, or
+one per zone), a CronJob
 submitting a workload on a schedule (v1.13+) and a JobFlow (v1.9+, with its chart).
 
 Each is a small stand-in for its Volcano controller: the HyperNode tree is one tier-1 HyperNode per
@@ -17,6 +18,7 @@ from typing import TYPE_CHECKING, Any
 from volcano_monitor.simulator import objects as o
 from volcano_monitor.simulator.resources import CRONJOBS, HYPERNODES, JOBFLOWS
 from volcano_monitor.simulator.scenario import CRON_WORKLOADS
+from volcano_monitor.simulator.specs import HyperNodeSpec
 from volcano_monitor.simulator.state import JOB_API, RunSim, rfc3339
 
 if TYPE_CHECKING:
@@ -50,6 +52,13 @@ def hypernodes(nodes: dict[str, str], created: float) -> list[Obj]:
     racks = [{"type": "HyperNode", "selector": {"exactMatch": {"name": f"rack-{zone}"}}} for zone in sorted(zones)]
     out.append(hypernode_object(SPINE, 2, "spine", racks, len(nodes), created))
     return out
+
+
+def hypernode_from_spec(spec: HyperNodeSpec, created: float) -> Obj:
+    """A scenario's own HyperNode (specs.HyperNodeSpec): members by exact name; nodeCount its Node members."""
+    members = [{"type": "Node", "selector": {"exactMatch": {"name": n}}} for n in spec.nodes]
+    members += [{"type": "HyperNode", "selector": {"exactMatch": {"name": h}}} for h in spec.hypernodes]
+    return hypernode_object(spec.name, spec.tier, spec.tier_name, members, len(spec.nodes), created)
 
 
 def cronjob_object(run: RunSim, schedule: str, created: float) -> Obj:
@@ -89,8 +98,13 @@ def setup(driver: Controllers) -> None:
     """Write the objects of the served kinds and start the CronJob's schedule."""
     store, now = driver.store, driver.now
     if HYPERNODES in store.buckets:
-        for obj in hypernodes({n.spec.name: n.spec.zone for n in driver.nodes.values()}, now):
+        tree = driver.scenario.hypernodes
+        objs = hypernodes({n.spec.name: n.spec.zone for n in driver.nodes.values()}, now) if tree is None else \
+            [hypernode_from_spec(spec, now) for spec in tree]
+        for obj in objs:
             store.upsert(HYPERNODES, obj)
+    if not driver.scenario.extra_kinds:
+        return
     if JOBFLOWS in store.buckets:
         store.upsert(JOBFLOWS, jobflow_object(now))
     if CRONJOBS in store.buckets:

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import math
 
+from volcano_monitor.simulator import vgpu
 from volcano_monitor.simulator.engine import Engine
 from volcano_monitor.simulator.quantity import add, parse_quantity
 from volcano_monitor.simulator.resources import NODE_METRICS, POD_METRICS, PODS
@@ -24,9 +25,11 @@ class Kubelet(Engine):
     """Pods on nodes: what happens to a pod between binding and removal."""
 
     def _bind(self, pod: PodSim, node: NodeSim) -> None:
-        gpus = int(pod.requests.get("nvidia.com/gpu", 0))
+        # Whole cards from NVIDIA's plugin; a sharing plugin's node places vGPUs card by card instead.
+        gpus = 0 if node.shared or pod.task.vgpu is not None else int(pod.requests.get("nvidia.com/gpu", 0))
         ids, node.free_gpus = node.free_gpus[:gpus], node.free_gpus[gpus:]
         pod.gpus = tuple(node.devices[i] for i in ids)
+        pod.vgpu = vgpu.allocate(node, pod)
         pod.node = node.name
         pod.bound_at = self.now
         pod.unschedulable = pod.unschedulable_since = None
@@ -37,7 +40,7 @@ class Kubelet(Engine):
         if pod.task.exit == "rejected":
             self._after(REJECT_DELAY, lambda: self._reject(pod))
         else:
-            self._after(GPU_START_DELAY if gpus else START_DELAY, lambda: self._start(pod))
+            self._after(GPU_START_DELAY if gpus or pod.vgpu else START_DELAY, lambda: self._start(pod))
 
     def _hold(self, pod: PodSim) -> None:
         node = self.nodes[pod.node or ""]
@@ -52,6 +55,7 @@ class Kubelet(Engine):
         add(node.used, pod.requests, -1)
         node.used["pods"] = node.used.get("pods", 0.0) - 1
         node.free_gpus = sorted(node.free_gpus + [d.index for d in pod.gpus])
+        vgpu.release(node, pod)
         pod.holding = False
         self._request_schedule()
 
@@ -173,7 +177,7 @@ class Kubelet(Engine):
             pod.namespace, pod.name, task.container, pod.node or "", self.now, self.speed, task.profile,
             cpu_request=pod.requests.get("cpu", 0.0), memory_request=pod.requests.get("memory", 0.0),
             memory_limit=parse_quantity(task.memory_limit) if task.memory_limit else None,
-            gpus=pod.gpus if task.dcgm else ())
+            gpus=pod.gpus if task.dcgm else (), vgpu=pod.vgpu)
 
     def _stop_usage(self, pod: PodSim) -> None:
         pod.usage = None

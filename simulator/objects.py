@@ -4,6 +4,7 @@ cluster's own objects (Nodes, Queues, Namespaces, Events) are rendered in simula
 
 from __future__ import annotations
 
+from volcano_monitor.simulator import vgpu
 from volcano_monitor.simulator.adopt import job_annotations
 from volcano_monitor.simulator.cluster_objects import node_ip
 from volcano_monitor.simulator.quantity import Resources, format_quantity
@@ -30,6 +31,8 @@ def container_spec(task: TaskSpec, env: list[Obj] | None = None) -> Obj:
     requests: dict[str, str | int] = {k: v for k, v in (("cpu", task.cpu), ("memory", task.memory)) if v}
     if task.gpus:
         requests["nvidia.com/gpu"] = task.gpus
+    if task.vgpu is not None:
+        requests |= task.vgpu.resources()
     spec: Obj = {
         "name": task.container,
         "image": task.image,
@@ -48,7 +51,7 @@ def pod_template(task: TaskSpec) -> Obj:
     spec: Obj = {"containers": [container_spec(task)], "restartPolicy": task.restart_policy}
     if task.node_selector:
         spec["nodeSelector"] = dict(task.node_selector)
-    if task.gpus:
+    if task.gpus or task.vgpu is not None:
         spec["tolerations"] = [dict(GPU_TOLERATION)]
     return {"metadata": {"labels": {"app.kubernetes.io/component": task.name}}, "spec": spec}
 
@@ -241,6 +244,7 @@ def pod_object(pod: PodSim) -> Obj:
         spec |= {"hostname": pod.name, "subdomain": run.name}
     if pod.node:
         spec["nodeName"] = pod.node
+    annotations |= vgpu.pod_annotations(pod)
     meta: Obj = {"name": pod.name, "namespace": run.namespace, "creationTimestamp": rfc3339(pod.created),
                  "labels": labels, "annotations": annotations, "ownerReferences": [owner]}
     if pod.deleting_at is not None:

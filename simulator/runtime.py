@@ -63,6 +63,10 @@ class SimulatorThread:
         self._requested_port = port
         self.port = 0
         # volcano_release: serve that release's kinds and object shapes (simulator.releases).
+        if store is None and scenario is not None and volcano_release is None:
+            from volcano_monitor.simulator.scenario import scenario_release  # scenario data only when asked
+
+            volcano_release = scenario_release(scenario, None)
         self.store: Store = store if store is not None else release_store(volcano_release)
         self.faults = Faults()
         self.driver: Any = None

@@ -27,6 +27,7 @@ from volcano_monitor.simulator.usage import (
     needs_memory,
     oom_profile,
 )
+from volcano_monitor.simulator.vgpu_scenarios import VGPU_SCENARIOS
 
 H100 = "NVIDIA-H100-80GB-HBM3"
 GPU_TOLERATION = {"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"}
@@ -337,4 +338,12 @@ SCENARIOS: dict[str, Scenario] = {
                               "node idle, a CPU node running hot under overcommit", ("default",), PRESSURE_NODES,
                               RECORDED_QUEUES, PRESSURE_WORKLOADS),
     **{f"recorded-{name}": recorded_scenario(name) for name in RECORDED_WORKLOADS},
+    **VGPU_SCENARIOS,  # vgpu-hami, vgpu-volcano (simulator.vgpu_scenarios)
 }
+
+
+def scenario_release(scenario: str, requested: str | None) -> str | None:
+    """The Volcano release to serve for `scenario`: the one asked for, or, when none is, the oldest the
+    scenario needs (None: the simulator's default store)."""
+    spec = SCENARIOS.get(scenario)
+    return requested if requested is not None or spec is None else spec.min_release

@@ -7,8 +7,10 @@ from collections import Counter
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 
+from volcano_monitor.simulator import vgpu
 from volcano_monitor.simulator.quantity import Resources, parse_quantity
-from volcano_monitor.simulator.state import NodeSim, PodSim, RunSim
+from volcano_monitor.simulator.specs import DEVICE_MANAGED
+from volcano_monitor.simulator.state import CardUse, NodeSim, PodSim, RunSim
 
 Headroom = dict[str, Resources | None]  # queue -> capability minus allocated; None: no capability
 
@@ -90,19 +92,24 @@ def take(room: Headroom, chain: list[str], request: Mapping[str, float]) -> None
                 left[resource] -= request.get(resource, 0.0)
 
 
-def node_reasons(pod: PodSim, node: NodeSim, free: Resources, cordoned: bool) -> list[str]:
-    """Why the pod cannot go to the node (kube-scheduler's wording); empty when it fits."""
+def node_reasons(pod: PodSim, node: NodeSim, free: Resources, cordoned: bool,
+                 cards: list[CardUse] | None = None) -> list[str]:
+    """Why the pod cannot go to the node (kube-scheduler's wording); empty when it fits. vGPUs of a sharing
+    device plugin are checked card by card (`cards`: the card use to test against, default the node's)."""
     if cordoned:
         return ["node(s) were unschedulable"]
     labels = node.labels
     for key, value in pod.task.node_selector.items():
         if labels.get(key) != value:
             return ["node(s) didn't match Pod's node affinity/selector"]
-    if node.taints and not pod.task.gpus:
+    if node.taints and not (pod.task.gpus or pod.task.vgpu):
         return ["node(s) had untolerated taint {nvidia.com/gpu: present}"]
     reasons = ["Too many pods"] if free.get("pods", 0.0) < 1 else []
-    return reasons + [f"Insufficient {name}" for name, amount in pod.requests.items()
-                      if amount > 0 and amount > free.get(name, 0.0) + 1e-9]
+    reasons += [f"Insufficient {name}" for name, amount in pod.requests.items()
+                if name not in DEVICE_MANAGED and amount > 0 and amount > free.get(name, 0.0) + 1e-9]
+    if not reasons and pod.task.vgpu is not None and vgpu.fits(node, pod.task.vgpu, cards) is None:
+        reasons.append(vgpu.NO_FIT)
+    return reasons
 
 
 @dataclass
@@ -115,6 +122,7 @@ def place(pods: list[PodSim], nodes: list[NodeSim], cordoned: set[str], chain: l
           room: Headroom) -> Placement:
     """First-fit the pods; nothing is committed (the caller binds or, for a broken gang, discards)."""
     free = {n.name: n.free() for n in nodes}
+    cards = {n.name: list(n.cards) for n in nodes}
     room = {k: (dict(v) if v is not None else None) for k, v in room.items()}
     result = Placement([], {})
     for pod in pods:
@@ -125,7 +133,7 @@ def place(pods: list[PodSim], nodes: list[NodeSim], cordoned: set[str], chain: l
         reasons: Counter[str] = Counter()
         chosen = None
         for node in nodes:
-            why = node_reasons(pod, node, free[node.name], node.name in cordoned)
+            why = node_reasons(pod, node, free[node.name], node.name in cordoned, cards[node.name])
             if not why:
                 chosen = node
                 break
@@ -138,6 +146,9 @@ def place(pods: list[PodSim], nodes: list[NodeSim], cordoned: set[str], chain: l
         for resource, amount in pod.requests.items():
             node_free[resource] = node_free.get(resource, 0.0) - amount
         node_free["pods"] = node_free.get("pods", 0.0) - 1
+        if pod.task.vgpu is not None:
+            placed = vgpu.fits(chosen, pod.task.vgpu, cards[chosen.name]) or []
+            vgpu.take(cards[chosen.name], placed, pod.task.vgpu, chosen.spec.gpu_memory_mib)
         take(room, chain, pod.requests)
         result.plan.append((pod, chosen))
     return result

@@ -16,6 +16,19 @@ from volcano_monitor.simulator.usage import BUSY, LIGHT, UsageProfile
 A100 = "NVIDIA-A100-SXM4-80GB"
 
 Exit = Literal["success", "error", "oom", "rejected"]
+DevicePlugin = Literal["nvidia", "hami", "volcano-vgpu"]
+
+# The extended resources of the two GPU-sharing device plugins (HAMi: Project-HAMi/HAMi; Volcano's vGPU:
+# Project-HAMi/volcano-vgpu-device-plugin, scheduled by Volcano's deviceshare plugin). A container asks for a
+# count of vGPUs, each with a share of one card's cores (percent) and memory (MiB): both plugins read limits.
+HAMI_COUNT, HAMI_MEMORY, HAMI_CORES = "nvidia.com/gpu", "nvidia.com/gpumem", "nvidia.com/gpucores"
+VOLCANO_COUNT, VOLCANO_MEMORY = "volcano.sh/vgpu-number", "volcano.sh/vgpu-memory"
+VOLCANO_CORES = "volcano.sh/vgpu-cores"
+# Resources the device plugin's scheduler side places card by card (simulator.vgpu), never counted against
+# node allocatable: HAMi's node does not advertise them (the kubelet drops extended resources a node lacks) and
+# Volcano's scheduler ignores its own vGPU memory and cores in its scalar checks.
+DEVICE_MANAGED = frozenset({HAMI_MEMORY, HAMI_CORES, "nvidia.com/gpumem-percentage", VOLCANO_MEMORY, VOLCANO_CORES,
+                            "volcano.sh/vgpu-memory-percentage"})
 
 
 @dataclass(frozen=True)
@@ -30,6 +43,13 @@ class NodeSpec:
     max_pods: int = 110
     system_reserved: bool = True  # allocatable = capacity - 0.5 cpu - 2Gi (kwok nodes reserve nothing)
     gpu_taint: bool = True  # GPU nodes carry the nvidia.com/gpu NoSchedule taint
+    gpu_memory_mib: int = 81920  # per card (GPU feature discovery's nvidia.com/gpu.memory)
+    # Which device plugin serves the GPUs: NVIDIA's (whole cards, nvidia.com/gpu = cards), HAMi's
+    # (nvidia.com/gpu = cards x split, hami.io/node-nvidia-register) or Volcano's vGPU plugin
+    # (volcano.sh/vgpu-number/-memory/-cores, volcano.sh/node-vgpu-register); see simulator.vgpu.
+    device_plugin: DevicePlugin = "nvidia"
+    split: int = 10  # vGPUs per card (the plugins' deviceSplitCount)
+    register_format: Literal["json", "text"] = "json"  # HAMi's register annotation: JSON (v2.5+) or the old text
 
 
 @dataclass(frozen=True)
@@ -42,6 +62,29 @@ class QueueSpec:
     deserved: Mapping[str, str] | None = None
     guarantee: Mapping[str, str] | None = None
     priority: int | None = None  # spec.priority (v1.10+; pruned where the release lacks it)
+
+
+@dataclass(frozen=True)
+class VgpuRequest:
+    """A container's vGPUs on a sharing device plugin: `count` vGPUs (each on a different card), each with
+    `cores` percent of its card's cores and `memory_mib` of its memory. None: not asked, as the plugins take
+    it: memory then defaults to the whole card (HAMi's and Volcano's default of 100 %), cores to 0 (no cap)."""
+
+    plugin: Literal["hami", "volcano-vgpu"]
+    count: int = 1
+    cores: int | None = None
+    memory_mib: int | None = None
+
+    def resources(self) -> dict[str, int]:
+        """The container's limits (and requests: the API server copies extended limits to requests)."""
+        count, memory, cores = (HAMI_COUNT, HAMI_MEMORY, HAMI_CORES) if self.plugin == "hami" else \
+            (VOLCANO_COUNT, VOLCANO_MEMORY, VOLCANO_CORES)
+        out = {count: self.count}
+        if self.cores is not None:
+            out[cores] = self.cores
+        if self.memory_mib is not None:
+            out[memory] = self.memory_mib
+        return out
 
 
 @dataclass(frozen=True)
@@ -74,6 +117,7 @@ class TaskSpec:
     # False: the pod gets its GPUs but no DCGM exporter reports them (a node without dcgm-exporter):
     # no DCGM_FI_DEV_GPU_UTIL series for the container.
     dcgm: bool = True
+    vgpu: VgpuRequest | None = None  # vGPUs from a sharing device plugin (then `gpus` is 0)
 
 
 @dataclass(frozen=True)
@@ -111,6 +155,17 @@ class Workload:
 
 
 @dataclass(frozen=True)
+class HyperNodeSpec:
+    """A HyperNode: its tier and members, Nodes or HyperNodes by exact name."""
+
+    name: str
+    tier: int
+    tier_name: str
+    nodes: tuple[str, ...] = ()
+    hypernodes: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True)
 class BulkSpec:
     """The `scale` scenario: objects created in their steady state, no churn."""
 
@@ -132,6 +187,14 @@ class Scenario:
     bulk: BulkSpec | None = None
     # The cluster's PriorityClasses (name: value); None: simulator.scenario's PRIORITY_CLASSES.
     priority_classes: Mapping[str, int] | None = None
+    # The HyperNode tree to write (where the release serves HyperNodes); None: one tier-1 HyperNode per zone
+    # under one tier-2 (simulator.extras).
+    hypernodes: tuple[HyperNodeSpec, ...] | None = None
+    # The oldest Volcano release whose kinds the scenario needs (None: any): an older --volcano-release is
+    # refused; without one, this release is served.
+    min_release: str | None = None
+    # Write the CronJob and JobFlow of simulator.extras where served (scenarios about something else say False).
+    extra_kinds: bool = True
 
     def configure(self, **params: Any) -> Scenario:
         """This scenario with its parameters applied; unknown parameters are an error."""

@@ -9,8 +9,16 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from volcano_monitor.simulator.quantity import GIB, Resources, parse_quantity, parse_resources
-from volcano_monitor.simulator.specs import NodeSpec, TaskSpec, Workload
-from volcano_monitor.simulator.usage import ContainerUsage, GpuDevice
+from volcano_monitor.simulator.specs import (
+    HAMI_COUNT,
+    VOLCANO_CORES,
+    VOLCANO_COUNT,
+    VOLCANO_MEMORY,
+    NodeSpec,
+    TaskSpec,
+    Workload,
+)
+from volcano_monitor.simulator.usage import ContainerUsage, GpuDevice, VgpuSlice
 
 Obj = dict[str, Any]
 
@@ -51,6 +59,15 @@ def stable_uuid(*parts: str) -> str:
 # ---- state -----------------------------------------------------------------------------------------
 
 @dataclass
+class CardUse:
+    """What the vGPUs placed on one card take of it (sharing device plugins only)."""
+
+    vgpus: int = 0
+    memory_mib: int = 0
+    cores: int = 0
+
+
+@dataclass
 class NodeSim:
     spec: NodeSpec
     allocatable: Resources
@@ -58,6 +75,12 @@ class NodeSim:
     used: Resources = field(default_factory=dict)
     devices: tuple[GpuDevice, ...] = ()
     free_gpus: list[int] = field(default_factory=list)
+    cards: list[CardUse] = field(default_factory=list)  # per device, on a sharing device plugin's node
+
+    @property
+    def shared(self) -> bool:
+        """Its GPUs are served by a sharing device plugin (HAMi, Volcano's vGPU)."""
+        return self.spec.device_plugin != "nvidia" and bool(self.spec.gpus)
 
     @property
     def name(self) -> str:
@@ -79,7 +102,7 @@ class NodeSim:
         if spec.gpus:
             labels |= {"node-role/gpu": "true", "nvidia.com/gpu.present": "true",
                        "nvidia.com/gpu.product": spec.gpu_product, "nvidia.com/gpu.count": str(spec.gpus),
-                       "nvidia.com/gpu.memory": "81920"}
+                       "nvidia.com/gpu.memory": str(spec.gpu_memory_mib)}
         return labels
 
     @property
@@ -98,10 +121,24 @@ def make_node(spec: NodeSpec) -> NodeSim:
         allocatable["memory"] = capacity["memory"] - 2 * GIB
     allocatable["ephemeral-storage"] = float(180 * GIB)
     if spec.gpus:
-        capacity["nvidia.com/gpu"] = allocatable["nvidia.com/gpu"] = float(spec.gpus)
+        for name, amount in gpu_resources(spec).items():
+            capacity[name] = allocatable[name] = amount
     model = spec.gpu_product.replace("-", " ", 1) if spec.gpus else ""
     devices = tuple(GpuDevice(i, "GPU-" + stable_uuid(spec.name, "gpu", str(i)), model) for i in range(spec.gpus))
-    return NodeSim(spec, allocatable, capacity, devices=devices, free_gpus=list(range(spec.gpus)))
+    cards = [CardUse() for _ in devices] if spec.device_plugin != "nvidia" else []
+    return NodeSim(spec, allocatable, capacity, devices=devices, free_gpus=list(range(spec.gpus)), cards=cards)
+
+
+def gpu_resources(spec: NodeSpec) -> Resources:
+    """What the node's device plugin registers with the kubelet: NVIDIA's one `nvidia.com/gpu` per card;
+    HAMi's `nvidia.com/gpu` per vGPU (cards x split); Volcano's vGPU plugin three resources, vGPUs, memory
+    (MiB, memory factor 1) and cores (100 per card)."""
+    if spec.device_plugin == "hami":
+        return {HAMI_COUNT: float(spec.gpus * spec.split)}
+    if spec.device_plugin == "volcano-vgpu":
+        return {VOLCANO_COUNT: float(spec.gpus * spec.split), VOLCANO_MEMORY: float(spec.gpus * spec.gpu_memory_mib),
+                VOLCANO_CORES: float(spec.gpus * 100)}
+    return {"nvidia.com/gpu": float(spec.gpus)}
 
 
 @dataclass(eq=False)
@@ -115,6 +152,7 @@ class PodSim:
     uid: str = ""
     node: str | None = None
     gpus: tuple[GpuDevice, ...] = ()
+    vgpu: tuple[VgpuSlice, ...] = ()  # its vGPUs on a sharing device plugin's node (simulator.vgpu)
     holding: bool = False  # counted against its node and queue
     phase: str = "Pending"
     bound_at: float | None = None
@@ -198,6 +236,8 @@ def task_requests(task: TaskSpec) -> Resources:
     req = parse_resources({k: v for k, v in (("cpu", task.cpu), ("memory", task.memory)) if v})
     if task.gpus:
         req["nvidia.com/gpu"] = float(task.gpus)
+    if task.vgpu is not None:
+        req |= {name: float(amount) for name, amount in task.vgpu.resources().items()}
     return req
 
 
@@ -209,6 +249,8 @@ def task_limits(task: TaskSpec) -> dict[str, str | int]:
         limits["memory"] = task.memory_limit
     if task.gpus:
         limits["nvidia.com/gpu"] = task.gpus
+    if task.vgpu is not None:
+        limits |= task.vgpu.resources()
     return limits
 
 

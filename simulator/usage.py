@@ -40,7 +40,9 @@ class UsageProfile:
         `memory_ramp_seconds`, whatever it requested: the kernel kills it when that crosses the memory
         limit, and a limit at or above the need lets it run to its end (OOM auto scale-up is tested
         against this).
-    gpu_util: average utilisation in percent of each GPU; gpu_wobble its amplitude.
+    gpu_util: average utilisation in percent of each GPU (of the whole card, also for a vGPU: what HAMi's
+        per-container utilisation reports; HAMi-core caps it at the vGPU's core share); gpu_wobble its amplitude.
+    gpu_memory: fraction of each vGPU's memory limit in use (HAMi's vGPU_device_memory_usage_in_bytes).
     """
 
     cpu: float = 0.5
@@ -52,6 +54,7 @@ class UsageProfile:
     memory_ramp_seconds: float = 60.0
     gpu_util: float = 0.0
     gpu_wobble: float = 0.0
+    gpu_memory: float = 0.5
     period: float = 900.0
 
 
@@ -81,6 +84,15 @@ class GpuDevice:
     model: str
 
 
+@dataclass(frozen=True, slots=True)
+class VgpuSlice:
+    """One vGPU of a container on a sharing device plugin: its card, memory limit and core share (0: no cap)."""
+
+    device: GpuDevice
+    memory_mib: int
+    cores: int
+
+
 def _phase(*parts: str) -> float:
     return (zlib.crc32("/".join(parts).encode()) % 10_000) / 10_000 * 2 * math.pi
 
@@ -100,6 +112,7 @@ class ContainerUsage:
     memory_request: float = 0.0
     memory_limit: float | None = None
     gpus: tuple[GpuDevice, ...] = ()
+    vgpu: tuple[VgpuSlice, ...] = ()
     pod_labels: dict[str, str] = field(default_factory=dict)
     phase: float = 0.0
 
@@ -151,6 +164,18 @@ class ContainerUsage:
         s = self.scenario_seconds(t)
         value = self.profile.gpu_util + self.profile.gpu_wobble * math.sin(self._omega() * s + self.phase + gpu)
         return min(100.0, max(0.0, value))
+
+    def vgpu_util(self, t: float, slice_: VgpuSlice) -> float:
+        """Percent of the card the container's processes use on this vGPU, capped by its core share."""
+        value = self.gpu_util(t, slice_.device.index)
+        return min(value, float(slice_.cores)) if slice_.cores > 0 else value
+
+    def vgpu_memory_bytes(self, t: float, slice_: VgpuSlice) -> float:
+        """Device memory in use on this vGPU: `gpu_memory` of its limit, with a small wobble, never above it."""
+        s = self.scenario_seconds(t)
+        limit = slice_.memory_mib * 2.0**20
+        wobble = 1 + self.profile.memory_wobble * 0.3 * math.sin(self._omega() * s / 5 + self.phase)
+        return min(limit, self.profile.gpu_memory * limit * wobble)
 
     def oom_after(self) -> float | None:
         """Scenario seconds after start at which the working set reaches the limit (OOM profiles), None
@@ -234,8 +259,9 @@ FAMILIES = (
 )
 
 
-def render_prometheus(containers: Iterable[ContainerUsage], t: float) -> bytes:
-    """cAdvisor- and DCGM-exporter-style series for the running containers at real time t."""
+def render_prometheus(containers: Iterable[ContainerUsage], t: float, card_lines: Iterable[str] = ()) -> bytes:
+    """cAdvisor- and DCGM-exporter-style series for the running containers at real time t. `card_lines`: more
+    DCGM_FI_DEV_GPU_UTIL samples (the shared cards', per card; simulator.vgpu_metrics)."""
     items = sorted(containers, key=lambda c: (c.namespace, c.pod, c.container))
     cpu: list[str] = []
     mem: list[str] = []
@@ -251,6 +277,7 @@ def render_prometheus(containers: Iterable[ContainerUsage], t: float) -> bytes:
                 ("pod", c.pod), ("container", c.container),
             ))
             gpu.append(f"DCGM_FI_DEV_GPU_UTIL{{{labels}}} {_value(round(c.gpu_util(t, dev.index), 1))}")
+    gpu.extend(card_lines)
     out: list[str] = []
     for (name, kind, help_text), lines in zip(FAMILIES, (cpu, mem, gpu), strict=True):
         out.append(f"# HELP {name} {help_text}")
