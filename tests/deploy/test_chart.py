@@ -89,6 +89,7 @@ WATCHDOG_RULES = (
     | {("batch.volcano.sh", "jobs", v) for v in READ}
     | {("scheduling.volcano.sh", r, v) for r in ("podgroups", "queues") for v in READ}
     | {("scheduling.k8s.io", "priorityclasses", v) for v in READ}
+    | {("topology.volcano.sh", "hypernodes", v) for v in READ}
     | {("metrics.k8s.io", r, v) for r in ("pods", "nodes") for v in ("get", "list")}
     | {("", "events", v) for v in (*READ, "create", "patch")}
 )
