@@ -36,6 +36,7 @@ IDENTITY: dict[str, set[str]] = {
     "VolcanoQueueAtCapability": {"cluster", "queue", "resource", "unit"},
     "VolcanoJobLowCPUUtilization": JOB,
     "VolcanoGPUIdle": JOB,
+    "VolcanoVGPUMemoryNearLimit": JOB,
     "VolcanoExporterDown": {"cluster", "job", "namespace"},
     "VolcanoExporterNotSynced": {"cluster", "job", "namespace", "resource"},
     "VolcanoWatchdogNotificationsFailing": {"cluster", "job", "namespace", "receiver"},
