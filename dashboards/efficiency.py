@@ -1,7 +1,8 @@
 """Efficiency and recommendations: where requested resources go unused. Two views of waste — the
 watchdog's tally of finished runs (by queue, last 24 h) and, live, the requests of running pods minus
 what their containers use (by namespace, over the selected range) — then idle running jobs, GPU nodes
-whose GPUs CPU-only pods hold hostage and nodes running hot, the efficiency of finished runs, and the
+whose GPUs CPU-only pods hold hostage and nodes running hot, HyperNode fragmentation (free GPUs per
+HyperNode, the largest gang one HyperNode of each tier takes), the efficiency of finished runs, and the
 watchdog's request recommendations."""
 
 from __future__ import annotations
@@ -158,6 +159,28 @@ def _nodes() -> list[Panel]:
     ]
 
 
+def _topology() -> list[Panel]:
+    """HyperNode fragmentation (docs/gpu-sharing.md#hypernode-fragmentation): served by the watchdog's leader."""
+    gang = f"max by (cluster, tier) (volcano_hypernode_largest_gang_gpus{{{CLUSTER}}})"
+    free = f"max by (cluster, hypernode, tier) (volcano_hypernode_free_gpus{{{CLUSTER}}})"
+    problems = f"max by (cluster, problem) (volcano_watchdog_hypernode_problems{{{CLUSTER}}})"
+    return [
+        bargauge_panel("Largest gang per HyperNode tier now (GPUs)", "The most GPUs a gang can get inside one "
+                       "HyperNode of each tier, at the typical CPU and memory per GPU (GpuStranded's). A hard-topology "
+                       "gang bigger than its allowed tier's value waits (topology_fragmented in /why), whatever the "
+                       "cluster's free GPUs.", [Query(gang, "tier {{tier}}")], width=8),
+        bargauge_panel("Free GPUs per HyperNode now", "Free physical GPUs on the Ready, schedulable nodes under each "
+                       "HyperNode.", [Query(free, "{{hypernode}} (tier {{tier}})")], width=10),
+        stat_panel("HyperNode tree problems", "Members naming unknown nodes or HyperNodes, loops, regexes that do not "
+                   "compile: those members pick nothing (the watchdog logs each).", [Query(f"sum({problems})")],
+                   width=6, height=8, no_value="-", steps=((None, "green"), (1, "orange"))),
+        timeseries_panel("Largest gang per tier over time (GPUs)", "How the room for a topology-bound gang changed.",
+                         [Query(gang, "tier {{tier}}")], width=12),
+        timeseries_panel("Free GPUs per HyperNode over time", "Free physical GPUs per HyperNode.",
+                         [Query(free, "{{hypernode}} (tier {{tier}})")], width=12),
+    ]
+
+
 def _efficiency() -> list[Panel]:
     return [
         timeseries_panel("Median efficiency of finished runs by resource", "Used / requested resource-seconds, "
@@ -200,5 +223,6 @@ def build() -> Dashboard:
          ("Waste of running pods (selected time range)", _live()),
          ("Idle jobs", _idle_jobs()),
          ("GPUs held hostage and hot nodes", _nodes()),
+         ("HyperNode fragmentation", _topology()),
          ("Job efficiency (finished runs, last 24 h)", _efficiency()),
          ("Recommendations", _recommendations())])
