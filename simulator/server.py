@@ -15,6 +15,7 @@ import orjson
 from aiohttp import web
 
 from volcano_monitor.simulator import discovery
+from volcano_monitor.simulator.authn import Authn, add_review_routes
 from volcano_monitor.simulator.request import Faults, Target
 from volcano_monitor.simulator.resources import find_type
 from volcano_monitor.simulator.selectors import Predicate, combine, field_selector, label_selector
@@ -46,6 +47,7 @@ class ApiServer(WatchStreams):
         self.list_pages_from_storage = 0
         self.lists_from_cache = 0
         self.streamed_lists = 0  # watches with sendInitialEvents (served from the watch cache too)
+        self.authn = Authn()  # TokenReview / SubjectAccessReview users and rules (simulator.authn)
 
     def app(self) -> web.Application:
         app = web.Application(client_max_size=64 * 1024 * 1024)
@@ -63,6 +65,7 @@ class ApiServer(WatchStreams):
         app.router.add_get("/sim/faults", self._get_faults)
         app.router.add_post("/sim/faults", self._set_faults)
         app.router.add_get("/metrics", self._metrics)
+        add_review_routes(app, self)
         app.router.add_route("*", "/api/{tail:.*}", self._dispatch)
         app.router.add_route("*", "/apis/{tail:.*}", self._dispatch)
         return app
