@@ -8,6 +8,7 @@ import concurrent.futures
 import contextlib
 import socket
 import threading
+import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any, TypeVar
@@ -57,7 +58,7 @@ class SimulatorThread:
     def __init__(self, store: Store | None = None, host: str = "127.0.0.1", port: int = 0,
                  bookmark_interval: float = 5.0, scenario: str | None = None, speed: float = 1.0,
                  tick_interval: float = 0.5, auto_tick: bool = True, volcano_release: str | None = None,
-                 **scenario_params: Any) -> None:
+                 clock: Callable[[], float] | None = None, **scenario_params: Any) -> None:
         self.host = host
         self.loop = asyncio.new_event_loop()
         self._requested_port = port
@@ -73,7 +74,8 @@ class SimulatorThread:
         if scenario is not None:
             from volcano_monitor.simulator.driver import Driver  # the driver pulls in scenario data only when asked
 
-            self.driver = Driver(self.store, scenario, speed, **scenario_params)
+            # clock: the scenario's time (tests move a fake one and call `tick()`); default the real clock
+            self.driver = Driver(self.store, scenario, speed, clock or time.time, **scenario_params)
         self.api = ApiServer(self.store, self.faults, bookmark_interval, metrics_source=self.driver)
         self._tick_interval = tick_interval
         self._auto_tick = auto_tick  # False: the scenario only moves when a test calls `tick()`
