@@ -31,7 +31,7 @@ from dataclasses import dataclass
 
 from volcano_monitor.core.exposition import Family
 from volcano_monitor.core.model import Node, PodGroup, res_get
-from volcano_monitor.core.pending import BELOW_TOPOLOGY, with_topology
+from volcano_monitor.core.pending import BELOW_TOPOLOGY, group_waiting, with_topology
 from volcano_monitor.core.topology import (
     PROBLEM_KINDS,
     Fragmentation,
@@ -48,9 +48,9 @@ from volcano_monitor.core.topology import (
 from volcano_monitor.watchdog.findings.detectors.settings import GpuStrandedSettings
 from volcano_monitor.watchdog.state.cluster import ClusterIndex, WhyPending, gpu_count
 from volcano_monitor.watchdog.state.hypernodes import HyperNodeTable
-from volcano_monitor.watchdog.state.nodes import NodePod, NodePodCache, NodeTable
+from volcano_monitor.watchdog.state.nodes import DONE_PHASES, NodePod, NodePodCache, NodeTable
 
-__all__ = ["FAMILIES", "Snapshot", "TopologyView", "node_room"]
+__all__ = ["FAMILIES", "Snapshot", "TopologyView", "node_cards", "node_room"]
 
 log = logging.getLogger(__name__)
 
@@ -73,14 +73,18 @@ TTL_SECONDS = 10.0
 MAX_LOGGED = 1000  # distinct problems remembered as logged
 
 
-def node_gpus(node: Node) -> float:
-    """A node's physical GPUs. `gpu_count` of its allocatable until `state.nodes` says cards (a HAMi node's
-    vGPU slots are not cards)."""
-    return gpu_count(node.allocatable)
+def node_cards(nodes: NodeTable, node: Node) -> float:
+    """A node's physical GPUs: the table's reading of its cards (`core.gpushare.node_gpus`, read once per Node
+    event: GPU feature discovery's count, the device plugin's annotation, then allocatable), never a HAMi node's
+    vGPU slots; whole `*/gpu` of its allocatable while the table has no reading."""
+    reading = getattr(nodes, "gpus", None)  # NodeTable.gpus (the counting part of issue 31)
+    found = reading(node.name) if callable(reading) else None
+    cards = getattr(found, "cards", None)
+    return float(cards) if isinstance(cards, int | float) else gpu_count(node.allocatable)
 
 
-def node_room(node: Node, pods: list[NodePod]) -> NodeRoom:
-    return NodeRoom(node.name, node_gpus(node), res_get(node.allocatable, "cpu"), res_get(node.allocatable, "memory"),
+def node_room(node: Node, pods: list[NodePod], cards: float) -> NodeRoom:
+    return NodeRoom(node.name, cards, res_get(node.allocatable, "cpu"), res_get(node.allocatable, "memory"),
                     used_gpus=sum(p.gpu_request for p in pods), used_cpu=sum(p.cpu_request for p in pods),
                     used_memory=sum(p.memory_request for p in pods),
                     schedulable=node.ready and not node.unschedulable)
@@ -100,12 +104,23 @@ def spec_problems(specs: Sequence[HyperNodeSpec]) -> list[str]:
 
 
 @dataclass(frozen=True, slots=True)
+class Gang:
+    """What a waiting hard-topology PodGroup's unfinished pods ask in all (physical GPUs, cores, bytes)."""
+
+    gpus: float
+    cpu: float
+    memory: float
+    pods: int
+
+
+@dataclass(frozen=True, slots=True)
 class Snapshot:
     at: float
     tree: Tree
     nodes: Mapping[str, NodeRoom]
     fragmentation: Fragmentation
     problems: Mapping[str, int]
+    gangs: Mapping[tuple[str, str], Gang]  # (namespace, PodGroup) -> its pods' requests
 
 
 class TopologyView:
@@ -144,9 +159,30 @@ class TopologyView:
             self._log_problems([str(p) for p in self._tree.problems] + spec_problems(specs))
         tree = self._tree
         pods = self._pods.by_node(self.index) if specs else {}
-        rooms = {n.name: node_room(n, pods.get(n.name, [])) for n in node_list}
+        rooms = {n.name: node_room(n, pods.get(n.name, []), node_cards(self.nodes, n)) for n in node_list}
         found = fragmentation(tree, rooms.values(), self.shape.cpu_per_gpu, self.shape.memory_per_gpu)
-        return Snapshot(now, tree, rooms, found, problem_counts(tree.problems))
+        return Snapshot(now, tree, rooms, found, problem_counts(tree.problems), self._gangs() if specs else {})
+
+    def _gangs(self) -> dict[tuple[str, str], Gang]:
+        """The requests of the unfinished pods of each waiting hard-topology PodGroup. Why the pods and not the
+        group's minResources: those are the raw vGPU amounts summed over the pods (HAMi's `nvidia.com/gpu`
+        counts vGPUs, Volcano's `volcano.sh/vgpu-number` is no `*/gpu` at all), while each pod's requests carry
+        its physical share (`core.gpushare`). One pass over the pods, only when such a group waits."""
+        index = self.index
+        out: dict[tuple[str, str], Gang] = {}
+        with index.lock:
+            wanted = {key for key, g in index.group_views.items() if group_waiting(g)
+                      and g.network_topology is not None and g.network_topology.mode == "hard"}
+            if not wanted:
+                return out
+            for pod in index.pods.values():
+                key = (pod.namespace, pod.podgroup)
+                if not pod.podgroup or key not in wanted or pod.phase in DONE_PHASES:
+                    continue
+                old = out.get(key) or Gang(0.0, 0.0, 0.0, 0)
+                out[key] = Gang(old.gpus + gpu_count(pod.requests), old.cpu + res_get(pod.requests, "cpu"),
+                                old.memory + res_get(pod.requests, "memory"), old.pods + 1)
+        return out
 
     def _log_problems(self, problems: list[str]) -> None:
         """Each problem once while it lasts (a fixed one, coming back, is logged again)."""
@@ -160,18 +196,24 @@ class TopologyView:
     def verdict(self, group: PodGroup) -> Verdict | None:
         """`topology_fragmented` for a waiting PodGroup with a hard network topology, or None."""
         topology = group.network_topology
-        if topology is None or topology.mode != "hard" or not gpu_count(group.min_resources):
+        if topology is None or topology.mode != "hard":
             return None
         snap = self.snapshot()
         if snap is None:
             return None
+        gang = snap.gangs.get((group.namespace, group.name))
+        if gang is not None and gang.pods:  # the gang is minMember of its pods (all when it names none)
+            scale = min(1.0, group.min_member / gang.pods) if group.min_member > 0 else 1.0
+            gpus, cpu, memory = gang.gpus * scale, gang.cpu * scale, gang.memory * scale
+        else:  # no pod yet: the group's minResources, whole `*/gpu`
+            gpus = gpu_count(group.min_resources)
+            cpu, memory = res_get(group.min_resources, "cpu"), res_get(group.min_resources, "memory")
         tier = topology.highest_tier_allowed
         if tier is None and topology.highest_tier_name:
             tier = tier_of_name(snap.tree, topology.highest_tier_name)
         if tier is None:
             return None  # no limit given: any HyperNode, or the whole cluster, will do
-        return topology_verdict(gpu_count(group.min_resources), res_get(group.min_resources, "cpu"),
-                                res_get(group.min_resources, "memory"), tier, snap.tree, snap.nodes)
+        return topology_verdict(gpus, cpu, memory, tier, snap.tree, snap.nodes)
 
     def _group(self, found: WhyPending) -> PodGroup | None:
         index = self.index

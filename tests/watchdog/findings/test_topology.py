@@ -191,3 +191,31 @@ def test_a_follower_serves_no_series(engine: Engine) -> None:
     cluster.watchdog.topology.leading = lambda: False
     assert cluster.metrics() == {}
     assert cluster.why()["reason"] == "topology_fragmented"  # every replica answers /why
+
+
+def test_the_gang_is_counted_from_its_pods_physical_gpus(engine: Engine) -> None:
+    """Volcano vGPU: the PodGroup's minResources say `volcano.sh/vgpu-number: 8`, no `*/gpu` at all; its 8
+    pending pods each ask one whole vGPU (no memory or cores: the whole card), 1 physical GPU each. Counted from
+    the pods the gang is 8 GPUs and fragmented; from minResources it would be 0 and never judged."""
+    cluster = Cluster(engine)
+    job, group = topology_gang()
+    group["spec"]["minResources"] = {"requests.cpu": "32", "requests.memory": "128Gi", "volcano.sh/vgpu-number": "8",
+                                     "count/pods": "8"}
+    waiting = []
+    for i in range(8):
+        raw = pod(f"train-{i}", "", "4", "16Gi", 0)
+        raw["spec"]["containers"][0]["resources"]["requests"]["volcano.sh/vgpu-number"] = "1"
+        raw["metadata"]["annotations"] = {"scheduling.k8s.io/group-name": group["metadata"]["name"]}
+        raw["status"]["phase"] = "Pending"
+        waiting.append(raw)
+    cluster.start(POOL, job, group)
+    cluster.watchdog.apply([("pods", ADDED, cluster.watchdog.pod_view(p)) for p in waiting], [])
+    cluster.now += 11
+    why = cluster.why()
+    assert why["reason"] == "topology_fragmented" and why["message"].startswith("needs 8 GPUs")
+    for raw in waiting[4:]:  # the gang shrinks to 4 pods of 1 GPU (minMember 4): r1 takes 4
+        cluster.watchdog.apply([("pods", DELETED, cluster.watchdog.pod_view(raw))], [])
+    group["spec"]["minMember"] = 4
+    cluster.watchdog.apply([("podgroups", MODIFIED, parse_podgroup(group))], [])
+    cluster.now += 11
+    assert cluster.why()["reason"] == "unschedulable"
