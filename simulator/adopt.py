@@ -15,7 +15,17 @@ from collections.abc import Mapping
 from dataclasses import asdict, fields
 from typing import Any
 
-from volcano_monitor.simulator.specs import TaskSpec, Workload
+from volcano_monitor.simulator.specs import (
+    HAMI_CORES,
+    HAMI_COUNT,
+    HAMI_MEMORY,
+    VOLCANO_CORES,
+    VOLCANO_COUNT,
+    VOLCANO_MEMORY,
+    TaskSpec,
+    VgpuRequest,
+    Workload,
+)
 from volcano_monitor.simulator.usage import BUSY, UsageProfile
 
 USAGE_ANNOTATION = "sim.volcano-monitor/usage"
@@ -59,6 +69,9 @@ def task_from_spec(entry: Mapping[str, Any], usage: Mapping[str, Any]) -> TaskSp
     found = usage.get(name)
     hints: Mapping[str, Any] = found if isinstance(found, Mapping) else {}
     gpus = _quantity(requests, "nvidia.com/gpu") or _quantity(limits, "nvidia.com/gpu")
+    request = _vgpu_request(limits, requests)
+    if request is not None:
+        gpus = None  # the vGPUs say it all
     return TaskSpec(
         name, int(entry.get("replicas") or 1), cpu=_quantity(requests, "cpu") or "",
         memory=_quantity(requests, "memory") or "", gpus=int(float(gpus)) if gpus else 0,
@@ -68,7 +81,30 @@ def task_from_spec(entry: Mapping[str, Any], usage: Mapping[str, Any]) -> TaskSp
         runtime=hints.get("runtime", 600.0) if hints else 600.0, profile=_profile(hints.get("profile")),
         node_selector=dict(spec.get("nodeSelector") or {}), min_available=entry.get("minAvailable"),
         policies=tuple(dict(p) for p in entry.get("policies") or ()),
-        restart_policy=str(spec.get("restartPolicy") or "Never"))
+        restart_policy=str(spec.get("restartPolicy") or "Never"), vgpu=request)
+
+
+def _int(*values: str | None) -> int | None:
+    for value in values:
+        if value is not None:
+            try:
+                return int(float(value))
+            except ValueError:
+                continue
+    return None
+
+
+def _vgpu_request(limits: Mapping[str, Any], requests: Mapping[str, Any]) -> VgpuRequest | None:
+    """A sharing plugin's vGPUs: HAMi's when the container asks gpumem or gpucores, Volcano's when it asks
+    any volcano.sh/vgpu-* (a plain nvidia.com/gpu stays whole cards; on a HAMi node they become vGPUs)."""
+    def get(name: str) -> int | None:
+        return _int(_quantity(limits, name), _quantity(requests, name))
+
+    if get(HAMI_MEMORY) is not None or get(HAMI_CORES) is not None:
+        return VgpuRequest("hami", get(HAMI_COUNT) or 1, get(HAMI_CORES), get(HAMI_MEMORY))
+    if get(VOLCANO_COUNT) is not None or get(VOLCANO_MEMORY) is not None:
+        return VgpuRequest("volcano-vgpu", get(VOLCANO_COUNT) or 1, get(VOLCANO_CORES), get(VOLCANO_MEMORY))
+    return None
 
 
 def workload_from_job(obj: Obj) -> Workload:
@@ -86,4 +122,5 @@ def workload_from_job(obj: Obj) -> Workload:
         tasks, "created through the API", min_available=spec.get("minAvailable"),
         max_retry=int(spec.get("maxRetry", 3)), policies=tuple(dict(p) for p in spec.get("policies") or ()),
         repeat=False, ttl_after_finished=int(spec.get("ttlSecondsAfterFinished") or 1800),
-        priority_class=spec.get("priorityClassName") or None, annotations=annotations)
+        priority_class=spec.get("priorityClassName") or None, annotations=annotations,
+        network_topology=dict(spec["networkTopology"]) if isinstance(spec.get("networkTopology"), dict) else None)

@@ -26,10 +26,11 @@ class Kubelet(Engine):
 
     def _bind(self, pod: PodSim, node: NodeSim) -> None:
         # Whole cards from NVIDIA's plugin; a sharing plugin's node places vGPUs card by card instead.
-        gpus = 0 if node.shared or pod.task.vgpu is not None else int(pod.requests.get("nvidia.com/gpu", 0))
+        pod.vgpu_request = vgpu.request_for(pod.task, node)
+        gpus = 0 if node.shared or pod.vgpu_request else int(pod.requests.get("nvidia.com/gpu", 0))
         ids, node.free_gpus = node.free_gpus[:gpus], node.free_gpus[gpus:]
         pod.gpus = tuple(node.devices[i] for i in ids)
-        pod.vgpu = vgpu.allocate(node, pod)
+        pod.vgpu = vgpu.allocate(node, pod.vgpu_request)
         pod.node = node.name
         pod.bound_at = self.now
         pod.unschedulable = pod.unschedulable_since = None

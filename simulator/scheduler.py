@@ -107,7 +107,8 @@ def node_reasons(pod: PodSim, node: NodeSim, free: Resources, cordoned: bool,
     reasons = ["Too many pods"] if free.get("pods", 0.0) < 1 else []
     reasons += [f"Insufficient {name}" for name, amount in pod.requests.items()
                 if name not in DEVICE_MANAGED and amount > 0 and amount > free.get(name, 0.0) + 1e-9]
-    if not reasons and pod.task.vgpu is not None and vgpu.fits(node, pod.task.vgpu, cards) is None:
+    request = vgpu.request_for(pod.task, node)
+    if not reasons and request is not None and vgpu.fits(node, request, cards) is None:
         reasons.append(vgpu.NO_FIT)
     return reasons
 
@@ -146,9 +147,10 @@ def place(pods: list[PodSim], nodes: list[NodeSim], cordoned: set[str], chain: l
         for resource, amount in pod.requests.items():
             node_free[resource] = node_free.get(resource, 0.0) - amount
         node_free["pods"] = node_free.get("pods", 0.0) - 1
-        if pod.task.vgpu is not None:
-            placed = vgpu.fits(chosen, pod.task.vgpu, cards[chosen.name]) or []
-            vgpu.take(cards[chosen.name], placed, pod.task.vgpu, chosen.spec.gpu_memory_mib)
+        request = vgpu.request_for(pod.task, chosen)
+        if request is not None:
+            placed = vgpu.fits(chosen, request, cards[chosen.name]) or []
+            vgpu.take(cards[chosen.name], placed, request, chosen.spec.gpu_memory_mib)
         take(room, chain, pod.requests)
         result.plan.append((pod, chosen))
     return result

@@ -16,6 +16,7 @@ from volcano_monitor.simulator.specs import (
     VOLCANO_MEMORY,
     NodeSpec,
     TaskSpec,
+    VgpuRequest,
     Workload,
 )
 from volcano_monitor.simulator.usage import ContainerUsage, GpuDevice, VgpuSlice
@@ -153,6 +154,7 @@ class PodSim:
     node: str | None = None
     gpus: tuple[GpuDevice, ...] = ()
     vgpu: tuple[VgpuSlice, ...] = ()  # its vGPUs on a sharing device plugin's node (simulator.vgpu)
+    vgpu_request: VgpuRequest | None = None  # what they were placed for
     holding: bool = False  # counted against its node and queue
     phase: str = "Pending"
     bound_at: float | None = None

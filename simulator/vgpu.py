@@ -34,7 +34,7 @@ import time
 from collections.abc import Sequence
 from dataclasses import replace
 
-from volcano_monitor.simulator.specs import VgpuRequest
+from volcano_monitor.simulator.specs import TaskSpec, VgpuRequest
 from volcano_monitor.simulator.state import CardUse, NodeSim, PodSim
 from volcano_monitor.simulator.usage import VgpuSlice
 
@@ -44,7 +44,8 @@ HAMI_ALLOCATED, HAMI_TO_ALLOCATE = "hami.io/vgpu-devices-allocated", "hami.io/vg
 VOLCANO_ALLOCATED, VOLCANO_TO_ALLOCATE = "volcano.sh/vgpu-ids-new", "volcano.sh/devices-to-allocate"
 NO_FIT = "not enough gpu fitted on this node"  # Volcano deviceshare's words
 
-__all__ = ["NO_FIT", "allocate", "card_type", "fits", "node_annotations", "pod_annotations", "release", "take"]
+__all__ = ["NO_FIT", "allocate", "card_type", "fits", "node_annotations", "pod_annotations", "release", "request_for",
+           "take"]
 
 
 def card_type(node: NodeSim) -> str:
@@ -80,6 +81,16 @@ def node_annotations(node: NodeSim, now: float) -> dict[str, str]:
         return {HAMI_HANDSHAKE: f"Reported {_go_time(now)}", HAMI_REGISTER: register}
     register = "".join(f"{d.uuid},{spec.split},{spec.gpu_memory_mib},{kind},true,hami-core:" for d in node.devices)
     return {VOLCANO_HANDSHAKE: f"Reported {_go_time(now)}", VOLCANO_REGISTER: register}
+
+
+def request_for(task: TaskSpec, node: NodeSim) -> VgpuRequest | None:
+    """The vGPUs a task asks of this node: its own request, or, on a HAMi node, its whole `nvidia.com/gpu`
+    cards as HAMi takes them (vGPUs with the whole card's memory); None when the node places no vGPU."""
+    if task.vgpu is not None:
+        return task.vgpu
+    if task.gpus and node.spec.device_plugin == "hami":
+        return VgpuRequest("hami", task.gpus)
+    return None
 
 
 def _wants(request: VgpuRequest, card_memory: int) -> tuple[int, int]:
@@ -118,9 +129,8 @@ def take(cards: list[CardUse], indices: Sequence[int], request: VgpuRequest, car
                            cores=use.cores + sign * cores)
 
 
-def allocate(node: NodeSim, pod: PodSim) -> tuple[VgpuSlice, ...]:
-    """Place the pod's vGPUs on the node's cards (the scheduler checked they fit); () when it asks none."""
-    request = pod.task.vgpu
+def allocate(node: NodeSim, request: VgpuRequest | None) -> tuple[VgpuSlice, ...]:
+    """Place a pod's vGPUs on the node's cards (the scheduler checked they fit); () when it asks none."""
     if request is None or not node.shared:
         return ()
     indices = fits(node, request) or []
@@ -131,7 +141,7 @@ def allocate(node: NodeSim, pod: PodSim) -> tuple[VgpuSlice, ...]:
 
 def release(node: NodeSim, pod: PodSim) -> None:
     """Give the pod's vGPUs back to their cards."""
-    request = pod.task.vgpu
+    request = pod.vgpu_request
     if request is None or not pod.vgpu or not node.shared:
         return
     take(node.cards, [s.device.index for s in pod.vgpu], request, node.spec.gpu_memory_mib, -1)
@@ -143,7 +153,7 @@ def _encode(slices: Sequence[VgpuSlice]) -> str:
 
 def pod_annotations(pod: PodSim) -> dict[str, str]:
     """The annotations the plugin's scheduler side and device plugin leave on a pod whose vGPUs are placed."""
-    request = pod.task.vgpu
+    request = pod.vgpu_request
     if request is None or not pod.vgpu or pod.node is None:
         return {}
     bound = str(int(pod.bound_at or pod.created))

@@ -367,3 +367,54 @@ def test_the_tree_resolves_exact_and_regex_members_and_survives_bad_ones() -> No
     assert [g.name for g in allowed_groups(tree, 2, {"a-1", "b-1"})] == ["top"]
     assert hard_tier({"mode": "soft", "highestTierAllowed": 2}) is None
     assert hard_tier({"mode": "hard"}) == 1 and hard_tier({"mode": "hard", "highestTierAllowed": 2}) == 2
+
+
+# ---- Jobs created through the API --------------------------------------------------------------------------
+
+def create_job(sim: SimulatorThread, name: str, replicas: int, limits: dict[str, Any],
+               topology: dict[str, Any] | None = None) -> None:
+    spec: Obj = {"queue": "gpu", "minAvailable": replicas, "tasks": [{"name": "w", "replicas": replicas, "template": {
+        "spec": {"containers": [{"name": "main", "image": "busybox", "resources": {
+            "requests": {"cpu": "1", "memory": "1Gi"}, "limits": limits}}]}}}]}
+    if topology:
+        spec["networkTopology"] = topology
+    body = json.dumps({"apiVersion": "batch.volcano.sh/v1alpha1", "kind": "Job",
+                       "metadata": {"name": name, "namespace": "default"}, "spec": spec}).encode()
+    request = urllib.request.Request(f"{sim.url}/apis/batch.volcano.sh/v1alpha1/namespaces/default/jobs", data=body,
+                                     method="POST", headers={"Content-Type": "application/json"})
+    urllib.request.urlopen(request, timeout=10).close()
+
+
+def job_pods(sim: SimulatorThread, name: str) -> list[Obj]:
+    return [p for p in items(sim, "/api/v1/namespaces/default/pods")
+            if p["metadata"]["labels"].get("volcano.sh/job-name") == name]
+
+
+def test_api_jobs_get_vgpus_and_their_hard_topology_is_kept() -> None:
+    """A plain nvidia.com/gpu Job on HAMi nodes gets whole cards as HAMi vGPUs; a hard-topology Job created
+    through the API goes inside one allowed HyperNode (5 GPUs: only rack-2, with 7 free, takes it)."""
+    sim, clock = start("vgpu-hami")
+    try:
+        advance(sim, clock, 120)
+        create_job(sim, "api-gang", 5, {"nvidia.com/gpu": 1}, {"mode": "hard", "highestTierAllowed": 1})
+        advance(sim, clock, 30, step=1)
+        pods = job_pods(sim, "api-gang")
+        assert len(pods) == 5 and all(p["status"]["phase"] == "Running" for p in pods)
+        assert {vs.NODE_RACKS[p["spec"]["nodeName"]] for p in pods} == {"rack-2"}
+        devices = [allocated(p["metadata"]["annotations"][ALLOCATED["hami"]]) for p in pods]
+        assert all(len(d) == 1 and d[0][1:] == (vs.CARD_MIB, 0) for d in devices)
+        assert len({d[0][0] for d in devices}) == 5  # five different cards
+    finally:
+        sim.stop()
+    sim, clock = start("vgpu-volcano")
+    try:
+        advance(sim, clock, 120)
+        create_job(sim, "api-halves", 2, {"volcano.sh/vgpu-number": 1, "volcano.sh/vgpu-memory": 40960,
+                                          "volcano.sh/vgpu-cores": 50})
+        advance(sim, clock, 30, step=1)
+        pods = job_pods(sim, "api-halves")
+        assert len(pods) == 2 and all(p["status"]["phase"] == "Running" for p in pods)
+        (first,), (second,) = (allocated(p["metadata"]["annotations"][ALLOCATED["volcano-vgpu"]]) for p in pods)
+        assert first == second and first[1:] == (40960, 50)  # binpack: two halves on one card
+    finally:
+        sim.stop()
