@@ -7,8 +7,10 @@ Mutated only by the watchdog's worker thread; readers from other threads take th
 from __future__ import annotations
 
 import threading
+from collections.abc import Callable
 from dataclasses import dataclass
 
+from volcano_monitor.core.gpushare import container_share, physical_gpus
 from volcano_monitor.core.kube.informer import DELETED
 from volcano_monitor.core.model import Job, Pod, PodGroup, Queue, res_dict, res_get
 from volcano_monitor.core.pending import Explanation, explain, group_waiting, is_job_group, job_waiting
@@ -19,8 +21,38 @@ from volcano_monitor.watchdog.state.workload import CRON_OWNER_KIND, workload_na
 
 
 def gpu_count(resources: Resources) -> float:
-    """GPUs of any vendor (`nvidia.com/gpu`, `amd.com/gpu`, ...)."""
-    return sum(amount for name, amount in resources if name.endswith("/gpu"))
+    """Physical GPUs of any vendor that `resources` hold (`core.gpushare.physical_gpus`): a pod's share of
+    shared cards (HAMi, Volcano vGPU: four pods at 25 % of one card hold 0.25 each), whole `*/gpu` otherwise.
+    Every count of GPUs in the watchdog goes through here (or `physical_gpus` itself), never through the raw
+    `nvidia.com/gpu` amount, which on a HAMi node counts vGPU slots."""
+    return physical_gpus(resources)
+
+
+# (vGPU count, vGPU memory in MiB) of HAMi and of Volcano's vGPU: core.gpushare's HAMI_COUNT/HAMI_MEMORY and
+# VGPU_COUNT/VGPU_MEMORY (not in its __all__)
+_MIB_VGPUS = (("nvidia.com/gpu", "nvidia.com/gpumem"), ("volcano.sh/vgpu-number", "volcano.sh/vgpu-memory"))
+
+
+def pod_gpus(pod: Pod, card_memory_mib: float | None = None) -> float:
+    """The pod's physical GPUs; with the memory of the cards of its node, a pod holding one vGPU whose memory
+    is asked in MiB (`nvidia.com/gpumem`, `volcano.sh/vgpu-memory`) is read again against that card: parsed
+    without its node, its memory share could only be guessed (`core.gpushare.container_share`). Only for
+    one vGPU: the pod's requests are summed over its containers, and with several vGPUs the MiB per vGPU
+    cannot be told apart again."""
+    requests = pod.requests
+    if card_memory_mib and card_memory_mib > 0:
+        for count, memory in _MIB_VGPUS:
+            if res_get(requests, memory) > 0 and res_get(requests, count) == 1:
+                return container_share(requests, pod.limits, card_memory_mib=card_memory_mib).gpus
+    return physical_gpus(requests)
+
+
+def gpu_resource(resources: Resources) -> str:
+    """The GPU resource a pod's GPUs are priced by (`watchdog.state.prices`): its `*/gpu` resource, else
+    `nvidia.com/gpu` for a pod that holds GPUs through another name (Volcano's `volcano.sh/vgpu-number`:
+    NVIDIA cards), "" for a pod without GPUs."""
+    named = next((name for name, amount in resources if name.endswith("/gpu") and amount > 0), "")
+    return named or ("nvidia.com/gpu" if physical_gpus(resources) > 0 else "")
 
 
 @dataclass(frozen=True, slots=True)
@@ -82,6 +114,9 @@ class ClusterIndex:
         self.group_views: dict[tuple[str, str], PodGroup] = {}
         self.group_keys: dict[str, tuple[str, str]] = {}  # PodGroup uid -> (namespace, name)
         self.priorities = Priorities()  # the cluster's PriorityClasses: the first key of the queue order
+        # Memory of one GPU card of a node, MiB (None: unknown), for the shares of pods asking vGPU memory in
+        # MiB (`pod_gpus`); the runtime sets it to `NodeTable.card_memory_mib`. Called without the lock held.
+        self.card_memory: Callable[[str], float | None] | None = None
 
     def on_job(self, event_type: str, job: Job) -> None:
         with self.lock:
@@ -153,6 +188,7 @@ class ClusterIndex:
             if not queue and group is not None:
                 queue = group.queue
             labelled = self.pod_workloads.get((namespace, pod)) or self.job_workloads.get((namespace, job_name))
+        card = self.card_memory(view.node_name) if self.card_memory is not None and view.node_name else None
         return PodInfo(
             job_uid=job_uid,
             job_name=job_name,
@@ -163,9 +199,9 @@ class ClusterIndex:
             phase=view.phase,
             cpu_request_cores=res_get(view.requests, "cpu"),
             memory_request_bytes=res_get(view.requests, "memory"),
-            gpus=gpu_count(view.requests),
+            gpus=pod_gpus(view, card),
             node=view.node_name,
-            gpu_resource=next((name for name, amount in view.requests if name.endswith("/gpu") and amount > 0), ""),
+            gpu_resource=gpu_resource(view.requests),
         )
 
     def queue_path(self, name: str) -> str:

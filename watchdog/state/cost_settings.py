@@ -7,6 +7,10 @@ the node its pods ran on: `node_pools` (the first whose `node_selector` matches 
 replace the base prices they name, then `gpu_models` (the Node label `nvidia.com/gpu.product` that GPU
 feature discovery sets) replace the price of a GPU on nodes of that model.
 
+A GPU price is per physical GPU-hour (a card), whatever the device plugin: a pod holding a quarter of a
+shared card (HAMi, Volcano vGPU; `core.gpushare`) pays a quarter of it, four such pods one card. Pods of
+Volcano's vGPU (`volcano.sh/vgpu-number`, no `*/gpu` resource) pay `nvidia.com/gpu`'s price.
+
 `budgets`: a queue (its children included) may spend `amount` per week (from Monday 00:00 UTC) or
 month (from the 1st, 00:00 UTC) on the requested basis; BudgetForecast fires when the period's rate so
 far would pass it before the period ends, BudgetExceeded when it has (watchdog.findings.detectors.budget).
@@ -103,7 +107,8 @@ class Costs(Section):
     prices: dict[str, Price] = Field(
         default_factory=dict,
         description="Per hour: `cpu` per core, `memory` per GiB, a GPU resource (`nvidia.com/gpu`, `amd.com/gpu`) "
-                    "per GPU. Empty: every run costs 0 (the ledger still keeps its hours).")
+                    "per physical GPU (a pod holding a quarter of a shared card pays a quarter). Empty: every run "
+                    "costs 0 (the ledger still keeps its hours).")
     gpu_models: dict[str, Price] = Field(
         default_factory=dict,
         description="Per-GPU-hour price by the Node label nvidia.com/gpu.product (e.g. NVIDIA-A100-SXM4-80GB: 4.1); "

@@ -37,6 +37,7 @@ from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.orm import Session
 from sqlalchemy.sql.elements import ColumnElement
 
+from volcano_monitor.core.gpushare import physical_gpus
 from volcano_monitor.core.kube.informer import DELETED
 from volcano_monitor.core.model import Job, PodGroup, Resources, res_get
 from volcano_monitor.watchdog.runtime.settings import Retention
@@ -79,8 +80,9 @@ def _time(epoch: float | None) -> datetime | None:
 
 
 def _gpus(resources: Resources) -> float:
-    """GPUs of any vendor (`nvidia.com/gpu`, `amd.com/gpu`, ...)."""
-    return sum(amount for name, amount in resources if name.endswith("/gpu"))
+    """Physical GPUs of any vendor (`core.gpushare.physical_gpus`): four vGPUs at 25 % of one card are 1.0,
+    not 4; whole `*/gpu` count as before."""
+    return physical_gpus(resources)
 
 
 def efficiency(run: JobRun) -> dict[str, float | None]:

@@ -12,19 +12,34 @@ already holds every Volcano pod with its node and requests.
 from __future__ import annotations
 
 import threading
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 
+from volcano_monitor.core.gpushare import NodeGpus, node_gpus
 from volcano_monitor.core.kube.informer import DELETED
 from volcano_monitor.core.model import Job, Node, Pod, PodGroup, res_get
-from volcano_monitor.watchdog.state.cluster import ClusterIndex, gpu_count
+from volcano_monitor.watchdog.state.cluster import ClusterIndex, pod_gpus
 from volcano_monitor.watchdog.state.samples import UsageSample
 
-__all__ = ["NodePod", "NodePodCache", "NodeTable", "NodeUsage", "PodUsage", "pods_by_node"]
+__all__ = ["NodePod", "NodePodCache", "NodeTable", "NodeUsage", "PodUsage", "gpu_cards", "node_gpu_view",
+           "pods_by_node"]
 
 DONE_PHASES = frozenset({"Succeeded", "Failed"})  # their requests no longer hold anything on the node
 
 POD_USAGE_TTL_SECONDS = 900.0  # a pod not measured for this long (gone, or its collector down) is forgotten
+
+
+def node_gpu_view(node: Node) -> NodeGpus:
+    """The node's physical GPUs as `core.gpushare.node_gpus` reads them: GPU feature discovery's labels, the
+    device plugin's annotations, then allocatable. A HAMi node's allocatable `nvidia.com/gpu` counts vGPU
+    slots (4 cards split 10 ways: 40), which is not its capacity."""
+    return node_gpus(node.labels, getattr(node, "annotations", None) or {}, node.allocatable)
+
+
+def gpu_cards(node: Node) -> float:
+    """Physical GPUs (cards) of the node: what GpuStranded counts free and stranded GPUs against. Reads the
+    node afresh (and counts its bad input again): the table keeps one reading per Node event (`NodeTable.gpus`)."""
+    return float(node_gpu_view(node).cards)
 
 
 @dataclass(frozen=True, slots=True)
@@ -45,10 +60,14 @@ class NodeTable:
     def __init__(self) -> None:
         self.lock = threading.Lock()
         self._nodes: dict[str, Node] = {}
+        # The node's physical GPUs, read once per Node event: a node without the device plugin's annotations
+        # is counted (core.gpushare.share_problems) when it changes, not at every check of every detector.
+        self._gpus: dict[str, NodeGpus] = {}
         self._usage: dict[str, NodeUsage] = {}
         self._pods: dict[tuple[str, str], PodUsage] = {}
         self.usage_at: float | None = None  # when the last NodeMetrics poll succeeded (None: never)
-        self.pods = NodePodCache()  # the node detectors' view of the pods (the worker's thread only)
+        # the node detectors' view of the pods (the worker's thread only)
+        self.pods = NodePodCache(self.card_memories)
 
     def on_node(self, event_type: str, node: Node) -> None:
         """Informer handler (an informer thread)."""
@@ -58,14 +77,40 @@ class NodeTable:
             if event_type == DELETED:
                 self._nodes.pop(node.name, None)
                 self._usage.pop(node.name, None)
-            else:
-                self._nodes[node.name] = node
+                self._gpus.pop(node.name, None)
+                return
+            old = self._nodes.get(node.name)
+            self._nodes[node.name] = node
+            if old is not None and node.name in self._gpus and old.labels == node.labels \
+                    and old.allocatable == node.allocatable \
+                    and getattr(old, "annotations", None) == getattr(node, "annotations", None):
+                return  # a status heartbeat: same GPUs
+        gpus = node_gpu_view(node)
+        with self.lock:
+            if self._nodes.get(node.name) is node:
+                self._gpus[node.name] = gpus
+
+    def gpus(self, name: str) -> NodeGpus | None:
+        """The node's physical GPUs as read at its last event (None: node unknown)."""
+        with self.lock:
+            return self._gpus.get(name)
 
     def labels(self, name: str) -> Mapping[str, str] | None:
         """The node's labels (its price, watchdog.state.prices); None while the node is unknown."""
         with self.lock:
             node = self._nodes.get(name)
         return None if node is None else node.labels
+
+    def card_memory_mib(self, name: str) -> float | None:
+        """Memory of one GPU card of the node, MiB (None: node unknown or not said), for the share of a pod
+        that asks its vGPU memory in MiB (`nvidia.com/gpumem`, `volcano.sh/vgpu-memory`)."""
+        gpus = self.gpus(name)
+        return gpus.memory_mib if gpus is not None and gpus.memory_mib > 0 else None
+
+    def card_memories(self) -> dict[str, float]:
+        """`card_memory_mib` of every node that says it, in one go (a check over many pods)."""
+        with self.lock:
+            return {name: gpus.memory_mib for name, gpus in self._gpus.items() if gpus.memory_mib > 0}
 
     def largest_allocatable(self) -> dict[str, float]:
         """Per resource (cpu, memory), the most one node can give: a recommendation above it could never
@@ -147,9 +192,10 @@ class NodePodCache:
     changed (the index replaces a view on every event, so identity says "unchanged"): a check over 100k pods
     costs dictionary lookups, not 100k new views (0.5 s measured before the cache)."""
 
-    def __init__(self) -> None:
-        self._views: dict[tuple[str, str], tuple[object, object, object, NodePod | None]] = {}
+    def __init__(self, card_memories: Callable[[], Mapping[str, float]] | None = None) -> None:
+        self._views: dict[tuple[str, str], tuple[object, object, object, float | None, NodePod | None]] = {}
         self._last: tuple[float, dict[str, list[NodePod]]] | None = None
+        self._card_memories = card_memories  # per node, MiB per GPU card: the shares of pods asking MiB
 
     def by_node(self, index: ClusterIndex, at: float | None = None) -> dict[str, list[NodePod]]:
         """The Volcano pods the index knows, bound and not finished, by node. Pods the watchdog does not watch
@@ -158,8 +204,9 @@ class NodePodCache:
         if at is not None and self._last is not None and self._last[0] == at:
             return self._last[1]
         out: dict[str, list[NodePod]] = {}
-        views: dict[tuple[str, str], tuple[object, object, object, NodePod | None]] = {}
+        views: dict[tuple[str, str], tuple[object, object, object, float | None, NodePod | None]] = {}
         old = self._views
+        cards = self._card_memories() if self._card_memories is not None else {}
         with index.lock:
             groups, jobs, job_uids = index.group_views, index.jobs, index.job_uids
             for key, pod in index.pods.items():
@@ -168,10 +215,12 @@ class NodePodCache:
                 if pod.job_name and not (group is not None and group.priority_class):
                     job = jobs.get(job_uids.get((pod.namespace, pod.job_name), ""))
                 cached = old.get(key)
-                if cached is None or cached[0] is not pod or cached[1] is not group or cached[2] is not job:
-                    cached = (pod, group, job, _node_pod(pod, group, job))
+                card = cards.get(pod.node_name)
+                if cached is None or cached[0] is not pod or cached[1] is not group or cached[2] is not job \
+                        or cached[3] != card:
+                    cached = (pod, group, job, card, _node_pod(pod, group, job, card))
                 views[key] = cached
-                view = cached[3]
+                view = cached[4]
                 if view is not None:
                     out.setdefault(pod.node_name, []).append(view)
         self._views = views
@@ -180,13 +229,15 @@ class NodePodCache:
         return out
 
 
-def _node_pod(pod: Pod, group: PodGroup | None, job: Job | None) -> NodePod | None:
+def _node_pod(pod: Pod, group: PodGroup | None, job: Job | None,
+              card_memory_mib: float | None = None) -> NodePod | None:
     if not pod.node_name or pod.phase in DONE_PHASES:
         return None
     priority = (group.priority_class if group is not None else "") or (job.priority_class if job is not None else "")
     return NodePod(pod.namespace, pod.name, pod.queue or (group.queue if group is not None else ""),
                    pod.job_name or (group.owner_name if group is not None else ""), priority,
-                   res_get(pod.requests, "cpu"), res_get(pod.requests, "memory"), gpu_count(pod.requests))
+                   res_get(pod.requests, "cpu"), res_get(pod.requests, "memory"),
+                   pod_gpus(pod, card_memory_mib))
 
 
 def pods_by_node(index: ClusterIndex) -> dict[str, list[NodePod]]:

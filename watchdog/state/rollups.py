@@ -20,6 +20,9 @@ for one missed poll.
 Cost: each interval's resource-seconds are also multiplied by the price of the pod's node (`prices`, a
 `watchdog.state.prices.PriceBook`, asked once per pod per `ingest` call) and added to the run's cost
 columns with the seconds, in the same statement: see watchdog.state.prices for why there.
+GPUs are physical GPUs (`PodInfo.gpus`, a pod's share of shared cards): requested GPU-seconds are the share
+x seconds (four pods at 25 % of one card for an hour: one GPU-hour), used GPU-seconds a sample's
+utilisation x the physical GPUs it is of (`UsageSample.gpus`, else the pod's share) x seconds.
 Requested resource-seconds use the same intervals (per pod, not per container), so used/requested
 ratios compare like with like. A pod's first sample stands for its source's averaging `window` before
 it (capped; 0 if unknown). A sample at or before the last one already seen for its container

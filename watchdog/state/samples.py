@@ -20,8 +20,11 @@ class UsageSample:
     container: str
     cpu_cores: float | None
     memory_bytes: float | None
-    gpu_util_percent: float | None = None  # mean over the container's GPUs, 0..100
-    gpus: int = 0  # GPUs the utilisation was averaged over (0: unknown / none)
+    # GPU utilisation, 0..100, of `gpus` physical GPUs: on whole cards the mean over the container's cards, on
+    # a shared card the part of the container's share it used (watchdog.sources.shared_gpus), so that
+    # `gpu_util_percent / 100 * gpus` is the physical GPUs it kept busy (what the ledger's GPU-seconds used add).
+    gpu_util_percent: float | None = None
+    gpus: float = 0  # physical GPUs the percentage is of, 0.25 for a quarter of a card (0: unknown, the pod's)
     # Seconds before `ts` the values stand for (metrics-server's `window`, Prometheus' rate range);
     # 0 when unknown. The first sample of a pod is credited with it (capped), not with nothing.
     window: float = 0.0
@@ -38,7 +41,7 @@ class PodInfo:
     phase: str
     cpu_request_cores: float  # the pod's effective request (all containers)
     memory_request_bytes: float
-    gpus: float
+    gpus: float  # physical GPUs it holds (`core.gpushare`): 0.25 for a quarter of a shared card
     node: str = ""  # the node the pod runs on ("" while unscheduled): its price (watchdog.state.prices)
     gpu_resource: str = ""  # the GPU resource it requests (nvidia.com/gpu, amd.com/gpu; "" for none)
 

@@ -9,7 +9,8 @@ pods on the node — a lower bound. A node whose usage is older than `STALE_FACT
 cools down.
 The alert lists the node's pods (the Volcano pods the watchdog watches) grouped by priority class and
 ordered by usage, the latest the usage collectors measured, with their requests: the ones a team would
-throttle or move first are the heavy users of the lowest class.
+throttle or move first are the heavy users of the lowest class. Each listed pod's `gpu_request` is in
+physical GPUs (`core.gpushare`: a quarter of a shared card is 0.25, not one vGPU).
 """
 
 from __future__ import annotations
@@ -107,6 +108,7 @@ class NodeHotDetector:
             {"namespace": p.namespace, "pod": p.name, "queue": p.queue, "job_name": p.job_name,
              "priority_class": p.priority_class, "cpu_used_cores": cpu, "memory_used_bytes": memory,
              "cpu_request_cores": p.cpu_request, "memory_request_bytes": p.memory_request,
+             "gpu_request": p.gpu_request,
              "text": f"{p.namespace}/{p.name} [{p.priority_class or 'no priority class'}] uses "
                      + (f"{cpu:.3g} cores / {memory / 2**30:.3g}Gi" if cpu is not None and memory is not None
                         else "unknown") + f" (requests {p.cpu_request:g} cores)"}

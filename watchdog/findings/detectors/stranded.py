@@ -11,6 +11,13 @@ memory) strands nothing: usable(free) is every free GPU. Neither does a node who
 pods: the CPU-only pods hold nothing there. The count is the gauge
 `volcano_watchdog_node_stranded_gpus{node}` (0 for the other GPU nodes).
 
+GPUs are physical cards (`watchdog.state.nodes.gpu_cards`: GPU feature discovery's count, the device
+plugin's annotations, then allocatable), never a HAMi node's vGPU slots (4 cards split 10 ways are 4 GPUs,
+not 40), and a pod holds its share of them (`core.gpushare`): four pods at 25 % hold one card between them.
+Free GPUs are the cards minus the shares, so a card shared by pods is not free; which card a share sits on
+is not known here, so two quarter pods on two cards count as half a card taken, and the floor of whole free
+GPUs may then count one card more than is wholly free (at most one per partly used card).
+
 A node stranding GPUs for `window_seconds` fires; the alert names the CPU-only pods (largest first) and
 their queues, and its severity grows with the episode's stranded GPU-hours (the integral of the count
 over the checks; info, then warning, then critical). The integral lives in memory and in the alert's
@@ -32,9 +39,9 @@ from sqlalchemy.orm import Session
 from volcano_monitor.core.exposition import Family
 from volcano_monitor.core.model import Node, res_get
 from volcano_monitor.watchdog.findings.detectors.settings import GpuStrandedSettings
-from volcano_monitor.watchdog.state.cluster import ClusterIndex, gpu_count
+from volcano_monitor.watchdog.state.cluster import ClusterIndex
 from volcano_monitor.watchdog.state.db.models import Alert
-from volcano_monitor.watchdog.state.nodes import NodePod, NodeTable
+from volcano_monitor.watchdog.state.nodes import NodePod, NodeTable, gpu_cards
 from volcano_monitor.watchdog.state.signals import GPU_STRANDED, Signal, fingerprint
 
 __all__ = ["GpuStrandedDetector", "NodeLoad", "node_load", "render_stranded_metrics", "stranded_gpus", "usable_gpus"]
@@ -54,7 +61,7 @@ class NodeLoad:
     """A GPU node's free amounts and what its CPU-only pods hold, from requests."""
 
     node: str
-    gpus: float  # allocatable
+    gpus: float  # physical cards (`watchdog.state.nodes.gpu_cards`), not vGPU slots
     free_gpus: float
     free_cpu: float
     free_memory: float
@@ -63,11 +70,13 @@ class NodeLoad:
     cpu_only_pods: tuple[NodePod, ...]
 
 
-def node_load(node: Node, pods: list[NodePod]) -> NodeLoad:
+def node_load(node: Node, pods: list[NodePod], cards: float | None = None) -> NodeLoad:
+    """`cards`: the node's physical GPUs when already read (`NodeTable.gpus`), else read from `node`."""
     cpu_only = tuple(p for p in pods if p.gpu_request <= 0)
+    cards = gpu_cards(node) if cards is None else cards
     return NodeLoad(
-        node=node.name, gpus=gpu_count(node.allocatable),
-        free_gpus=gpu_count(node.allocatable) - sum(p.gpu_request for p in pods),
+        node=node.name, gpus=cards,
+        free_gpus=max(0.0, cards - sum(p.gpu_request for p in pods)),
         free_cpu=res_get(node.allocatable, "cpu") - sum(p.cpu_request for p in pods),
         free_memory=res_get(node.allocatable, "memory") - sum(p.memory_request for p in pods),
         cpu_only_cpu=sum(p.cpu_request for p in cpu_only), cpu_only_memory=sum(p.memory_request for p in cpu_only),
@@ -108,8 +117,12 @@ class GpuStrandedDetector:
     def check(self, session: Session, now: datetime) -> list[Signal]:
         ts = now.timestamp()
         pods = self.nodes.pods.by_node(self.index, ts)
-        loads = [node_load(n, pods.get(n.name, [])) for n in self.nodes.nodes()
-                 if gpu_count(n.allocatable) > 0 and n.ready and not n.unschedulable]
+        loads = []
+        for n in self.nodes.nodes():
+            gpus = self.nodes.gpus(n.name)
+            cards = gpus.cards if gpus is not None else gpu_cards(n)
+            if cards > 0 and n.ready and not n.unschedulable:
+                loads.append(node_load(n, pods.get(n.name, []), cards))
         counts = {load.node: stranded_gpus(load, self.settings) for load in loads}
         self.stranded = counts
         for name in [n for n in self._episodes if not counts.get(n)]:

@@ -2,7 +2,8 @@
 
 JobIdle — a running job whose containers used, over the last `idle_window_seconds`, less than
 `idle_cpu_ratio` of the CPU they requested (resource "cpu"), or whose GPUs averaged less than
-`idle_gpu_util_percent` utilisation (resource "gpu", only jobs that requested GPUs). Usage is
+`idle_gpu_util_percent` utilisation (resource "gpu", only jobs that requested GPUs, a share of a shared card
+included: the utilisation is of what the pod holds, `watchdog.state.samples.UsageSample`). Usage is
 sample-weighted over the job's usage_rollups rows: used = sum(cpu_cores_sum) / samples, requested =
 sum(cpu_request_cores x samples) / samples. The per-bucket sums are kept between checks, so a check
 reads only the newest buckets (`_BucketCache`). A new alert needs evidence for the whole window: rollup
@@ -16,7 +17,8 @@ OverRequested — a finished run (job_runs) that ran at least `over_requested_mi
 than `over_requested_ratio` of its requested CPU core-seconds or memory byte-seconds. Once per run:
 reported while the run finished less than `report_seconds` ago (then the alert resolves quietly as
 the round stops reporting it), never again for the same run (see ONCE_PER_RUN_KINDS). Runs finished
-less than `settle_seconds` ago are left for later, so the ledger's last usage flush is in.
+less than `settle_seconds` ago are left for later, so the ledger's last usage flush is in. Its GPU figures
+(the used ratio and `requested.gpus`, shown, never judged) are physical GPUs (`core.gpushare`).
 """
 
 from __future__ import annotations
@@ -304,9 +306,13 @@ class WasteDetector:
             measured: dict[str, Any] = {"cpu_used_ratio": round(value, 4), "cpu_requested_cores": requested,
                                         "cpu_used_cores": u.cpu_used / max(u.samples, 1)}
         else:
-            text = (f"Job {who}: its {u.gpu_request:g} GPU(s) per container averaged {value:.1f}% utilisation "
+            held = f"{u.gpu_request:g} GPU(s)" if u.gpu_request >= 1 else f"{u.gpu_request:.0%} of a GPU"
+            text = (f"Job {who}: its pods, each holding {held}, averaged {value:.1f}% utilisation "
                     f"over the last {self.settings.idle_window_seconds / 60:g} min")
-            measured = {"gpu_util_percent": round(value, 2), "gpus_per_container": u.gpu_request}
+            # gpus_per_container kept for readers of the old key; both are the pod's physical share (rollups'
+            # gpu_request is per pod, a fraction of a card on shared GPUs)
+            measured = {"gpu_util_percent": round(value, 2), "gpus_per_pod": u.gpu_request,
+                        "gpus_per_container": u.gpu_request}
         return Signal(
             kind=JOB_IDLE, fingerprint=fingerprint(JOB_IDLE, namespace, name or u.workload, uid, resource),
             active=True, severity="warning", namespace=namespace, queue=queue, job_name=name,
