@@ -168,7 +168,8 @@ class Allocation(Preemption):
     def _place_in_topology(self, run: RunSim, pending: list[PodSim], nodes: list[NodeSim], cordoned: set[str],
                            chain: list[str], room: Headroom, held: int) -> Placement:
         """First-fit on all nodes; a hard-topology gang (where the release serves HyperNodes) inside the first
-        allowed HyperNode that takes it whole (simulator.topology), or nowhere."""
+        allowed HyperNode that takes it whole (simulator.topology), or nowhere: with the topology's reason when
+        the cluster's nodes would take it, the nodes' reasons when they would not."""
         highest = topology.hard_tier(run.workload.network_topology)
         if highest is None or HYPERNODES not in self.store.buckets:
             return place(pending, nodes, cordoned, chain, room)
@@ -180,6 +181,9 @@ class Allocation(Preemption):
             inside = place(pending, [n for n in nodes if n.name in group.nodes], cordoned, chain, room)
             if held + len(inside.plan) >= need and (inside.plan or not pending):
                 return inside
+        everywhere = place(pending, nodes, cordoned, chain, room)
+        if held + len(everywhere.plan) < need:
+            return everywhere  # the cluster cannot take it either: the usual reasons (and nothing is bound)
         message = topology.unplaced_message(len(nodes), highest, groups)
         return Placement([], dict.fromkeys(pending, message))
 

@@ -1,12 +1,11 @@
 """The objects of the kinds later Volcano releases added, written only where the store serves the
-kind (simulator.releases): HyperNodes describing the nodes' network topology (v1.12+; the scenario's own tree, or
-one per zone), a CronJob
+kind (simulator.releases): HyperNodes describing the nodes' network topology (v1.12+), a CronJob
 submitting a workload on a schedule (v1.13+) and a JobFlow (v1.9+, with its chart).
 
-Each is a small stand-in for its Volcano controller: the HyperNode tree is one tier-1 HyperNode per
-zone under one tier-2 HyperNode; the CronJob's status follows the runs the driver submits for it
-(`Workload.cron`: `active`, `lastScheduleTime`, `lastSuccessfulTime`); the JobFlow is a three-step
-pipeline caught mid-run (its status is written once).
+Each is a small stand-in for its Volcano controller: the HyperNode tree is the scenario's own
+(`Scenario.hypernodes`) or one tier-1 HyperNode per zone under one tier-2 HyperNode; the CronJob's
+status follows the runs the driver submits for it (`Workload.cron`: `active`, `lastScheduleTime`,
+`lastSuccessfulTime`); the JobFlow is a three-step pipeline caught mid-run (its status is written once).
 """
 
 from __future__ import annotations
