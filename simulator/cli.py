@@ -75,7 +75,9 @@ async def serve(args: argparse.Namespace) -> None:
     url = f"http://{'[' + host + ']' if ':' in host else host}:{bound}"
     if args.kubeconfig_out:
         write_kubeconfig(args.kubeconfig_out, url)
-    print(f"volcano-sim: serving scenario {args.scenario!r} at {url} (speed {args.speed:g}x)", flush=True)
+    release = scenario_release(args.scenario, args.volcano_release)
+    served = f", Volcano {release}" if release else ""
+    print(f"volcano-sim: serving scenario {args.scenario!r} at {url} (speed {args.speed:g}x{served})", flush=True)
     if args.kubeconfig_out:
         print(f"volcano-sim: kubeconfig written to {args.kubeconfig_out}; try "
               f"`kubectl --kubeconfig {args.kubeconfig_out} get vcjob,podgroup,queue -A`", flush=True)
