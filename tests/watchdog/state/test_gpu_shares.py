@@ -12,7 +12,7 @@ import pytest
 from sqlalchemy import Engine, select
 from sqlalchemy.orm import Session
 
-from volcano_monitor.core.model import parse_job, parse_node, parse_pod
+from volcano_monitor.core.model import parse_job, parse_node, parse_pod, parse_podgroup
 from volcano_monitor.watchdog.state.cluster import ClusterIndex, gpu_resource
 from volcano_monitor.watchdog.state.cost_settings import Costs
 from volcano_monitor.watchdog.state.db.models import JobRun
@@ -160,3 +160,26 @@ def test_gpu_resource_names_the_priced_resource() -> None:
     assert gpu_resource(pod("p", "j", "volcano-vgpu", "n").requests) == "nvidia.com/gpu"
     assert gpu_resource((("amd.com/gpu", 1.0),)) == "amd.com/gpu"
     assert gpu_resource((("cpu", 1.0),)) == ""
+
+
+def test_a_kubeflow_gang_on_hami_requests_its_cards_not_its_vgpus(engine: Engine) -> None:
+    """A PodGroup's minResources sum its pods' requests: four vGPUs of 25 % cores and memory are one card."""
+    group = parse_podgroup({
+        "metadata": {"name": "bert", "namespace": "ml", "uid": "pg-hami", "creationTimestamp": "2023-11-14T22:00:00Z",
+                     "ownerReferences": [{"kind": "PyTorchJob", "name": "bert", "uid": "o", "controller": True}]},
+        "spec": {"queue": "research", "minMember": 4, "minResources": {
+            "cpu": "4", "nvidia.com/gpu": "4", "nvidia.com/gpucores": "100", "nvidia.com/gpumem-percentage": "100"}},
+        "status": {"phase": "Running"}})
+    whole = parse_podgroup({
+        "metadata": {"name": "gpt", "namespace": "ml", "uid": "pg-whole", "creationTimestamp": "2023-11-14T22:00:00Z",
+                     "ownerReferences": [{"kind": "PyTorchJob", "name": "gpt", "uid": "o2", "controller": True}]},
+        "spec": {"queue": "research", "minMember": 2, "minResources": {"cpu": "4", "nvidia.com/gpu": "2"}},
+        "status": {"phase": "Running"}})
+    now = datetime.fromtimestamp(T0, UTC)
+    with Session(engine) as session:
+        Ledger().on_podgroup("ADDED", group, session, now)
+        Ledger().on_podgroup("ADDED", whole, session, now)
+        session.commit()
+    with Session(engine) as session:
+        gpus = {uid: value for uid, value in session.execute(select(JobRun.uid, JobRun.requested_gpus))}
+    assert gpus == {"pg-hami": pytest.approx(1.0), "pg-whole": pytest.approx(2.0)}
