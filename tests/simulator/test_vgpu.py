@@ -7,6 +7,8 @@ endpoint (HAMi's and Volcano's vGPU monitors, DCGM per shared card)."""
 from __future__ import annotations
 
 import json
+import shutil
+import subprocess
 import urllib.request
 from collections import defaultdict
 from collections.abc import Iterator
@@ -418,3 +420,22 @@ def test_api_jobs_get_vgpus_and_their_hard_topology_is_kept() -> None:
         assert first == second and first[1:] == (40960, 50)  # binpack: two halves on one card
     finally:
         sim.stop()
+
+
+@pytest.mark.skipif(shutil.which("promtool") is None, reason="promtool not installed")
+def test_prometheus_parses_the_metrics_and_no_series_repeats(played: Played) -> None:
+    """The real parser (promtool) reads the whole /metrics; its only complaints may be the lint of the vendors'
+    own camelCase names (DCGM's labels, HAMi's legacy metric names, as the exporters write them). No series
+    appears twice."""
+    sim, _ = played
+    with urllib.request.urlopen(sim.url + "/metrics", timeout=10) as response:
+        text = response.read().decode()
+    result = subprocess.run(["promtool", "check", "metrics"], input=text, capture_output=True, text=True, timeout=60)
+    complaints = [line for line in (result.stdout + result.stderr).splitlines() if line.strip()]
+    assert result.returncode in (0, 3), complaints
+    vendors = ("DCGM_FI_DEV_GPU_UTIL ", "HostCoreUtilization ", "HostGPUMemoryUsage ", "vGPU_device_memory_",
+               "Device_utilization_desc_of_container ")
+    assert all("camelCase" in line and line.startswith(vendors) for line in complaints), complaints
+    series = [line.split(" ")[0] for line in text.splitlines() if line and not line.startswith("#")]
+    assert len(series) == len(set(series)) and any(s.startswith("hami_") for s in series) == (sim.driver.nodes[
+        "gpu-11"].spec.device_plugin == "hami")
