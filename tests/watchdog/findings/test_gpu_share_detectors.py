@@ -13,14 +13,18 @@ from sqlalchemy import Engine
 from sqlalchemy.orm import Session
 
 from volcano_monitor.core.gpushare import reset_problems, share_problems
-from volcano_monitor.core.model import parse_node, parse_pod
+from volcano_monitor.core.model import parse_job, parse_node, parse_pod
+from volcano_monitor.watchdog.actions.gpu_idle.settings import GpuIdleSettings
+from volcano_monitor.watchdog.findings.detectors.gpuidle import GPU_IDLE, GpuIdleDetector
 from volcano_monitor.watchdog.findings.detectors.hot import NodeHotDetector
 from volcano_monitor.watchdog.findings.detectors.settings import Detectors, GpuStrandedSettings, NodeHotSettings
 from volcano_monitor.watchdog.findings.detectors.stranded import GpuStrandedDetector, node_load, stranded_gpus
 from volcano_monitor.watchdog.findings.detectors.waste import WasteDetector
 from volcano_monitor.watchdog.state.cluster import ClusterIndex
 from volcano_monitor.watchdog.state.db.models import JobRun, UsageRollup
+from volcano_monitor.watchdog.state.gpu_idle import GpuIdleTracker
 from volcano_monitor.watchdog.state.nodes import NodeTable, NodeUsage, gpu_cards, pods_by_node
+from volcano_monitor.watchdog.state.samples import UsageSample
 
 GI = 2**30
 HAMI_QUARTER = {"nvidia.com/gpu": "1", "nvidia.com/gpucores": "25", "nvidia.com/gpumem-percentage": "25"}
@@ -132,3 +136,23 @@ def test_job_idle_on_a_quarter_of_a_card_says_so(engine: Engine) -> None:
         found = [s for s in WasteDetector(Detectors()).check(session, now) if s.details.get("resource") == "gpu"]
     assert len(found) == 1
     assert "25% of a GPU" in found[0].summary and found[0].details["gpus_per_pod"] == 0.25
+
+
+def test_gpu_idle_fires_for_quarter_pods_whose_shares_are_idle(engine: Engine) -> None:
+    """Four quarter pods at 2 % of their shares for 20 minutes: GpuIdle, counted on the pods' physical shares."""
+    _, index = cluster([hami_node("h5", cards=1)], [*quarters("h5"), pod("busy-0", "h5", 1, HAMI_QUARTER)])
+    for name in ("infer", "busy"):
+        index.on_job("ADDED", parse_job({"metadata": {"name": name, "namespace": "team-a", "uid": f"uid-{name}"},
+                                         "spec": {"queue": "batch"}, "status": {"state": {"phase": "Running"}}}))
+    settings = GpuIdleSettings.model_validate({"idle_util_percent": 5, "default": {"gpu_idle_limit_seconds": 600}})
+    tracker = GpuIdleTracker(settings, max_gap_seconds=90)
+    for i in range(21):
+        ts = 1000.0 + 60 * i
+        tracker.observe([UsageSample(ts, "team-a", f"infer-{n}", "main", 0.5, GI, 2.0, 0.25) for n in range(4)]
+                        + [UsageSample(ts, "team-a", "busy-0", "main", 0.5, GI, 90.0, 0.25)], index.pod_info)
+    live = {info.job_uid for info in (index.pod_info("team-a", "infer-0"), index.pod_info("team-a", "busy-0"))
+            if info is not None}
+    with Session(engine) as session:
+        signals = GpuIdleDetector(settings, tracker, lambda: live).check(session, datetime.now(UTC))
+    assert [(s.kind, s.job_name) for s in signals] == [(GPU_IDLE, "infer")]
+    assert signals[0].details["gpu_pods"] == 4

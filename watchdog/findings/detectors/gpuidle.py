@@ -5,9 +5,13 @@ GpuIdle — a job whose GPUs have all been idle (below `gpu_idle.idle_util_perce
 the job gets busy or ends. When the queue's policy aborts, the details say when (`abort_after_seconds`
 of firing); `watchdog.actions.gpu_idle.abort` acts on the firing alert, never on this detector's memory alone.
 
-GpuNoData — a job requesting GPUs whose running GPU pods have no DCGM_FI_DEV_GPU_UTIL series for
-`gpu_idle.no_data_seconds`: the watchdog cannot tell whether they work, and says so instead of calling
-them idle (info).
+GpuNoData — a job requesting GPUs whose running GPU pods have no GPU utilisation series (DCGM's
+DCGM_FI_DEV_GPU_UTIL, or HAMi's per-container series on shared cards) for `gpu_idle.no_data_seconds`: the
+watchdog cannot tell whether they work, and says so instead of calling them idle (info).
+
+Shared cards: a pod holding a quarter of a card is a GPU pod like any other, and its utilisation is of its
+share (watchdog.sources.shared_gpus), so "idle" means the same on a quarter and on a whole card. With DCGM
+alone a shared card's use is split over the pods on it: they are idle exactly when the card is.
 
 Why open alerts are carried: the tracker is memory, and a new leader's starts empty. An open alert of
 a job the tracker has not seen since (no round yet, or a round without the job) stays active while
@@ -94,8 +98,9 @@ class GpuIdleDetector:
             kind=GPU_NO_DATA, fingerprint=fingerprint(GPU_NO_DATA, job.namespace, job.job_name, job.uid),
             active=True, severity="info", namespace=job.namespace, queue=job.queue, job_name=job.job_name,
             subject=job.job_name,
-            summary=(f"Job {job.namespace}/{job.job_name} requests GPUs but Prometheus has no DCGM_FI_DEV_GPU_UTIL "
-                     f"series for {job.gpu_pods} of its GPU pods: no GPU data (not counted as idle)"),
+            summary=(f"Job {job.namespace}/{job.job_name} requests GPUs but Prometheus has no GPU utilisation "
+                     f"series (DCGM_FI_DEV_GPU_UTIL, or HAMi's on shared cards) for {job.gpu_pods} of its GPU pods: "
+                     "no GPU data (not counted as idle)"),
             details={"job_uid": job.uid, "gpu_pods": job.gpu_pods,
                      "no_data_seconds": round(job.last_ts - job.state_since, 1)},
         )
