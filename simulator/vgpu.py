@@ -24,7 +24,10 @@ What a real cluster shows, and the simulator writes:
 Placement follows both plugins' fit rules, card by card: a vGPU goes to a card with a free slot, enough free
 memory (a request without memory takes the whole card's), cores that stay <= 100, not a card others use when it
 asks 100 % of the cores, not a full card when it asks none; each vGPU of one container on a different card.
-Cards are tried binpack (most used memory first, then by index), so four quarter pods share one card.
+Cards are tried binpack (most used memory first, then lowest index), so four quarter pods share one card; real
+HAMi defaults to spreading vGPUs (four quarter pods would then sit on four cards, each a quarter used) and
+Volcano's deviceshare tries cards from the last one down: that changes where the shares sit, not their size.
+A plain `nvidia.com/gpu` on a HAMi node is HAMi's: vGPUs with the whole card's memory (`request_for`).
 """
 
 from __future__ import annotations
