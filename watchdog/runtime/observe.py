@@ -27,7 +27,7 @@ from volcano_monitor.watchdog.findings.detectors.failure import FailureDetector
 from volcano_monitor.watchdog.findings.detectors.gang import GangDetector
 from volcano_monitor.watchdog.findings.detectors.queue import QueueDetector
 from volcano_monitor.watchdog.findings.recommendations.book import HistogramBook
-from volcano_monitor.watchdog.findings.recommendations.policy import RESOURCES, ContainerSpec
+from volcano_monitor.watchdog.findings.recommendations.policy import RESOURCES, ContainerSpec, gpu_resources
 from volcano_monitor.watchdog.state.cluster import ClusterIndex
 from volcano_monitor.watchdog.state.events import EventView, SchedulerNotes
 from volcano_monitor.watchdog.state.rollups import UsageRecorder
@@ -197,7 +197,8 @@ class Observer:
             self._specs_seen[key] = seen
             spec = ContainerSpec(info.queue, {k: v for k, v in container.requests if k in RESOURCES},
                                  {k: v for k, v in container.limits if k in RESOURCES},
-                                 {k: v for k, v in capability if k in RESOURCES}, self._largest[1])
+                                 {k: v for k, v in capability if k in RESOURCES}, self._largest[1],
+                                 gpu_resources(container.requests, container.limits))
             self.histograms.note_spec(*key, spec)
 
     def _note_ooms(self, event_type: str, pod: Pod) -> None:

@@ -12,6 +12,12 @@ p95 after an hour of history), so it is only ever shown as the range lower-upper
   node could run a bigger container). The lowest maximum wins; the bounds are held within the same caps.
   A limit is held to the largest node's allocatable. Every cap applied is named in `capped_by`
   (`{"memory": "max_allowed", "cpu_limit": "node_allocatable"}`).
+- GPUs are never recommended, whole or shared: the usage history holds CPU and memory only, a GPU count is a
+  decision about the model and its parallelism, and a vGPU request (HAMi's `nvidia.com/gpu` with
+  `gpucores`/`gpumem`, Volcano's `volcano.sh/vgpu-*`) is a slot count and a slice of a card that no
+  number of samples could size. The patch sets cpu and memory only, so merged into the Job it keeps the GPU
+  resources as they are, and a container that requests any says so in its notes (`gpu_requests`, the
+  container's GPU resources as the watchdog saw them).
 - Below `min_confidence` the recommendation is kept (its numbers are still the best guess, for /metrics
   and messages) but `status` says "not_enough_history" and every output shows its message instead of
   a patch.
@@ -20,16 +26,18 @@ p95 after an hour of history), so it is only ever shown as the range lower-upper
 from __future__ import annotations
 
 import math
+from collections.abc import Iterable
 from dataclasses import asdict, dataclass, field
 from datetime import datetime
 from fnmatch import fnmatchcase
 from typing import Any
 
+from volcano_monitor.core.gpushare import is_gpu_resource
 from volcano_monitor.watchdog.findings.recommendations.formulas import Estimate
 from volcano_monitor.watchdog.findings.recommendations.settings import ContainerPolicy, Recommendations
 
-__all__ = ["NOT_ENOUGH_HISTORY", "OK", "RESOURCES", "ContainerSpec", "Recommendation", "finish", "history_text",
-           "policy_for", "proportional_limit"]
+__all__ = ["NOT_ENOUGH_HISTORY", "OK", "RESOURCES", "ContainerSpec", "Recommendation", "finish", "gpu_note",
+           "gpu_resources", "history_text", "policy_for", "proportional_limit"]
 
 RESOURCES = ("cpu", "memory")
 _GLOB = frozenset("*?[")  # a selector without these is a name, compared as a string (fnmatch is slower)
@@ -46,10 +54,15 @@ class ContainerSpec:
     limits: dict[str, float] = field(default_factory=dict)
     queue_capability: dict[str, float] = field(default_factory=dict)
     node_allocatable: dict[str, float] = field(default_factory=dict)  # the largest node's, per resource
+    # the container's GPU resources (requests, a limit without a request included): never recommended, named
+    gpu_requests: dict[str, float] = field(default_factory=dict)
 
     def to_json(self) -> dict[str, Any]:
-        return {"queue": self.queue, "requests": self.requests, "limits": self.limits,
-                "queue_capability": self.queue_capability, "node_allocatable": self.node_allocatable}
+        out = {"queue": self.queue, "requests": self.requests, "limits": self.limits,
+               "queue_capability": self.queue_capability, "node_allocatable": self.node_allocatable}
+        if self.gpu_requests:  # absent for the many CPU containers (and specs stored before it existed)
+            out["gpu_requests"] = self.gpu_requests
+        return out
 
     @staticmethod
     def from_json(data: Any) -> ContainerSpec | None:
@@ -57,7 +70,7 @@ class ContainerSpec:
         if not isinstance(data, dict) or not isinstance(data.get("queue", ""), str):
             return None
         parts: dict[str, dict[str, float]] = {}
-        for name in ("requests", "limits", "queue_capability", "node_allocatable"):
+        for name in ("requests", "limits", "queue_capability", "node_allocatable", "gpu_requests"):
             values = data.get(name, {})
             if not isinstance(values, dict):
                 return None
@@ -156,6 +169,22 @@ def proportional_limit(request: float, current_request: float | None, current_li
     return request * current_limit / current_request
 
 
+def gpu_resources(requests: Iterable[tuple[str, float]], limits: Iterable[tuple[str, float]]) -> dict[str, float]:
+    """A container's GPU resources (`core.gpushare.is_gpu_resource`: `*/gpu`, HAMi's and Volcano's vGPU
+    resources) as it asks them: its requests, and a limit without a request (Kubernetes takes it as one)."""
+    out = {name: amount for name, amount in limits if is_gpu_resource(name)}
+    out.update((name, amount) for name, amount in requests if is_gpu_resource(name))
+    return out
+
+
+def gpu_note(gpu_requests: dict[str, float]) -> str:
+    """What the recommendation says of a GPU container: its GPU request stays as it is (module docstring)."""
+    asked = ", ".join(f"{name}={amount:g}" for name, amount in sorted(gpu_requests.items()))
+    shared = any(not name.endswith("/gpu") for name in gpu_requests)
+    return (f"GPUs not recommended, kept as requested ({asked}"
+            + ("; a vGPU share of a card" if shared else "") + "): cpu and memory only")
+
+
 def _round(resource: str, value: float) -> float:
     """CPU up to a millicore, memory up to a byte (as the math rounds)."""
     if resource == "cpu":
@@ -208,6 +237,8 @@ def finish(key: tuple[str, str, str, str], est: Estimate, settings: Recommendati
     else:
         notes += [f"no {resource} limit: the container sets none" for resource in RESOURCES
                   if not spec.limits.get(resource)]
+        if spec.gpu_requests:
+            notes.append(gpu_note(spec.gpu_requests))
     enough = est.confidence >= settings.min_confidence
     return Recommendation(
         *key, *values["cpu"], *values["memory"], est.confidence, samples, first, last, est.oom_bumped,

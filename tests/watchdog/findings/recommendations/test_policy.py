@@ -16,11 +16,13 @@ from volcano_monitor.core.kube.informer import ADDED
 from volcano_monitor.core.model import parse_node, parse_podgroup, parse_queue
 from volcano_monitor.watchdog.config import ConfigError, load
 from volcano_monitor.watchdog.findings.recommendations.formulas import Estimate
+from volcano_monitor.watchdog.findings.recommendations.output import workload_patches
 from volcano_monitor.watchdog.findings.recommendations.policy import (
     NOT_ENOUGH_HISTORY,
     OK,
     ContainerSpec,
     finish,
+    gpu_resources,
     history_text,
     policy_for,
     proportional_limit,
@@ -146,7 +148,8 @@ def test_the_running_watchdog_learns_requests_limits_queue_and_caps(tmp_path: Pa
     observer.observe("pods", ADDED, watchdog.pod_view(pod))
     spec = watchdog.histograms.spec(("nlp", "bert", "", "c"))
     assert spec == ContainerSpec("nlp", {"cpu": 2.0, "memory": 4 * GiB}, {"memory": 8 * GiB},
-                                 {"cpu": 64.0, "memory": 256 * GiB}, {"cpu": 32.0, "memory": 128 * GiB})
+                                 {"cpu": 64.0, "memory": 256 * GiB}, {"cpu": 32.0, "memory": 128 * GiB},
+                                 {"nvidia.com/gpu": 1.0})
     assert watchdog.histograms.spec(("nlp", "bert", "", "side")) == ContainerSpec(
         "nlp", {}, {}, {"cpu": 64.0, "memory": 256 * GiB}, {"cpu": 32.0, "memory": 128 * GiB})
     # the same pod again changes nothing to write; usage then makes the key dirty with its spec
@@ -155,6 +158,7 @@ def test_the_running_watchdog_learns_requests_limits_queue_and_caps(tmp_path: Pa
     watchdog.histograms.add_usage("nlp", "bert", "", "c", T0.timestamp(), 1.0, GiB)
     rec = watchdog.histograms.recommendation("nlp", "bert", "", "c", T0)
     assert rec is not None and rec.memory_limit_bytes == 2 * rec.memory_target_bytes and rec.queue == "nlp"
+    assert "GPUs not recommended, kept as requested (nvidia.com/gpu=1): cpu and memory only" in rec.notes
     # retention drops the spec of a container never measured; the pod's next phase notes it again
     migrate(watchdog.engine)
     with Session(watchdog.engine) as session, session.begin():
@@ -185,3 +189,26 @@ def test_container_policies_from_the_config_file(tmp_path: Path) -> None:
     path.write_text("recommendations:\n  container_policies:\n    - max_allowed: {gpu: 1}\n")
     with pytest.raises(ConfigError, match="max_allowed"):
         load(path, environ={})
+
+
+def test_a_vgpu_container_gets_cpu_and_memory_only_and_says_its_share_is_kept() -> None:
+    """HAMi's vGPU (limits only, as its docs write them) and Volcano's: the GPU resources are named in a note,
+    stored with the spec, and never part of the patch, which merged into the Job keeps them as they are."""
+    hami = gpu_resources((("cpu", 2.0),), (("memory", 8 * GiB), ("nvidia.com/gpu", 1.0), ("nvidia.com/gpucores", 25.0),
+                                            ("nvidia.com/gpumem-percentage", 25.0)))
+    assert hami == {"nvidia.com/gpu": 1.0, "nvidia.com/gpucores": 25.0, "nvidia.com/gpumem-percentage": 25.0}
+    vgpu = gpu_resources((("volcano.sh/vgpu-number", 2.0), ("volcano.sh/vgpu-memory", 8192.0)), ())
+    for gpus in (hami, vgpu):
+        spec = ContainerSpec("q", {"cpu": 2.0, "memory": 4 * GiB}, {"memory": 8 * GiB}, gpu_requests=gpus)
+        assert ContainerSpec.from_json(spec.to_json()) == spec
+        rec = done(spec=spec)
+        note = [n for n in rec.notes if n.startswith("GPUs not recommended")]
+        assert len(note) == 1 and "a vGPU share of a card" in note[0]
+        assert all(name in note[0] for name in gpus)
+        container = workload_patches([rec])[0]["patch"]["spec"]["tasks"][0]["template"]["spec"]["containers"][0]
+        assert {name for part in container["resources"].values() for name in part} == {"cpu", "memory"}
+    whole = done(spec=ContainerSpec("q", {"cpu": 2.0}, {}, gpu_requests={"nvidia.com/gpu": 8.0}))
+    assert "GPUs not recommended, kept as requested (nvidia.com/gpu=8): cpu and memory only" in whole.notes
+    assert not [n for n in done(spec=ContainerSpec("q", {"cpu": 2.0})).notes if "GPU" in n]
+    # a spec stored before GPU requests were kept reads as none
+    assert ContainerSpec.from_json({"queue": "q", "requests": {"cpu": 1.0}}) == ContainerSpec("q", {"cpu": 1.0})
