@@ -217,3 +217,32 @@ def test_no_allowed_tier_means_no_hypernode(tier: int) -> None:
         assert verdict is not None and verdict.hypernode == "" and "no HyperNode" in verdict.message
     else:
         assert verdict is None
+
+
+def test_label_selectors_as_kubernetes_reads_them() -> None:
+    nodes = {"a": {"rack": "r1", "gpu": "a100"}, "b": {"rack": "r1"}, "c": {"rack": "r2", "gpu": "h100"}, "d": {}}
+
+    def picked(selector: dict[str, Any]) -> set[str]:
+        tree = tree_of([hypernode("h", 1, [{"type": "Node", "selector": {"labelMatch": selector}}])], nodes)
+        assert tree.problems == ()
+        return set(tree.leaves["h"])
+
+    expr = [{"key": "gpu", "operator": "Exists"}]
+    assert picked({"matchLabels": {"rack": "r1"}, "matchExpressions": expr}) == {"a"}
+    assert picked({"matchExpressions": [{"key": "rack", "operator": "NotIn", "values": ["r1"]}]}) == {"c", "d"}
+    assert picked({"matchExpressions": [{"key": "gpu", "operator": "DoesNotExist"}]}) == {"b", "d"}
+    assert picked({"matchExpressions": [{"key": "rack", "operator": "In", "values": ["r1", "r2"]},
+                                        {"key": "gpu", "operator": "In", "values": ["h100"]}]}) == {"c"}
+    assert picked({"matchLabels": {"rack": "r3"}}) == set()
+    assert picked({}) == set()  # Volcano: an empty labelMatch picks nothing
+
+
+def test_a_deep_chain_and_a_long_loop_do_not_recurse() -> None:
+    """3000 HyperNodes each holding the next (and the last the first): no RecursionError, one loop reported."""
+    n = 3000
+    raws = [hypernode(f"h{i}", 1 + i // 1000, [exact(f"h{(i + 1) % n}", "HyperNode")]) for i in range(n)]
+    raws.append(hypernode("leaf", 1, [exact("n1")]))
+    raws[-2]["spec"]["members"].append(exact("leaf", "HyperNode"))
+    tree = tree_of(raws)
+    assert [p.kind for p in tree.problems] == [LOOP]
+    assert tree.leaves["h0"] == {"n1"} and tree.leaves["h1234"] == {"n1"}

@@ -27,7 +27,7 @@ import logging
 import threading
 import time
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from volcano_monitor.core.exposition import Family
 from volcano_monitor.core.model import Node, PodGroup, res_get
@@ -121,6 +121,9 @@ class Snapshot:
     fragmentation: Fragmentation
     problems: Mapping[str, int]
     gangs: Mapping[tuple[str, str], Gang]  # (namespace, PodGroup) -> its pods' requests
+    # (GPUs, cores, bytes, tier) -> verdict: gangs of one shape (and GangUnschedulable's rounds, /why's requests
+    # within the TTL) share one walk of the tree (10 ms at 5000 nodes)
+    verdicts: dict[tuple[float, float, float, int], Verdict | None] = field(default_factory=dict)
 
 
 class TopologyView:
@@ -213,7 +216,10 @@ class TopologyView:
             tier = tier_of_name(snap.tree, topology.highest_tier_name)
         if tier is None:
             return None  # no limit given: any HyperNode, or the whole cluster, will do
-        return topology_verdict(gpus, cpu, memory, tier, snap.tree, snap.nodes)
+        key = (gpus, cpu, memory, tier)
+        if key not in snap.verdicts:
+            snap.verdicts[key] = topology_verdict(gpus, cpu, memory, tier, snap.tree, snap.nodes)
+        return snap.verdicts[key]
 
     def _group(self, found: WhyPending) -> PodGroup | None:
         index = self.index
