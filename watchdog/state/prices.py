@@ -11,6 +11,11 @@ stored (`reset_integration`), so one replica or three, or a kill -9 between flus
 stored columns as the usage they came from. Reading them (`run_cost`) is a pure function of the stored
 row and the configured prices, which every replica has.
 
+GPUs are physical GPUs (core.gpushare): the GPU price is per card-hour, and a pod holding a quarter of a
+shared card (HAMi, Volcano vGPU) pays a quarter of it, because its integrated GPU-seconds are a quarter.
+A pod whose GPUs have no `*/gpu` name (Volcano's `volcano.sh/vgpu-number`) pays `nvidia.com/gpu`'s price
+(`watchdog.state.cluster.gpu_resource`); `gpu_models` by the node's `nvidia.com/gpu.product` still win.
+
 The three bases, per resource then summed: requested = what the run held (requested resource-seconds
 x price), used = what it used (measured resource-seconds x price), idle = requested - used, never
 below 0 per resource (a resource used beyond its request does not pay for another one left idle).
@@ -27,7 +32,7 @@ removes them (`delete_runs`), so ledger + retired never goes down.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence, Set
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
@@ -235,12 +240,14 @@ def _queue_period(queue: str, since: datetime, until: datetime) -> tuple[ColumnE
 
 
 def queue_period_costs(session: Session, costs: Costs, queue: str, since: datetime,
-                       until: datetime) -> tuple[float, float, float]:
+                       until: datetime, namespaces: Set[str] | None = None) -> tuple[float, float, float]:
     """(requested, used, idle) of `queue` and its children over [since, until), as a report counts it: the
-    runs that ended in it, and those still running at its end that started before it (their cost so far)."""
+    runs that ended in it, and those still running at its end that started before it (their cost so far).
+    `namespaces`: only those namespaces' runs (a reader's scope, auth.mode kubernetes; None: all)."""
     dialect = session.get_bind().dialect.name
     in_tree, in_period, _ = _queue_period(queue, since, until)
-    row = session.execute(select(*cost_sums(dialect, costs)).where(in_tree, in_period)).one()
+    only = [JobRun.namespace.in_(namespaces)] if namespaces is not None else []
+    row = session.execute(select(*cost_sums(dialect, costs)).where(in_tree, in_period, *only)).one()
     return float(row[0] or 0.0), float(row[1] or 0.0), float(row[2] or 0.0)
 
 

@@ -5,7 +5,9 @@ and the runs still going at its end that started or were created before it (thei
 a finished run is counted in exactly one period, the one it ended in, with all its hours: the ledger
 keeps one integral per run (accumulated by the usage recorder from the rollups), not per day.
 
-Hours: the ledger's core-, byte- and GPU-seconds over 3600 (memory in GiB, 2^30 bytes). Waste is
+Hours: the ledger's core-, byte- and GPU-seconds over 3600 (memory in GiB, 2^30 bytes). GPU-hours are
+physical GPU-hours (cards): a pod holding a quarter of a shared card (HAMi, Volcano vGPU) adds a quarter of
+an hour per hour (watchdog.state.rollups, core.gpushare), four of them one GPU-hour. Waste is
 requested minus used, never below zero per run. Failures: runs whose last phase is Failed, Aborted
 or Terminated (the failure detector's phases), and alerts that fired in the period, by kind.
 Percentiles interpolate linearly between the closest ranks (numpy's default), over the runs that
@@ -21,7 +23,7 @@ workload: `namespace/workload`.
 from __future__ import annotations
 
 from collections import Counter, defaultdict
-from collections.abc import Sequence
+from collections.abc import Sequence, Set
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from typing import Any, Literal
@@ -144,15 +146,16 @@ _COLUMNS = (JobRun.uid, JobRun.kind, JobRun.namespace, JobRun.name, JobRun.queue
             JobRun.cost_memory_used, JobRun.cost_memory_requested, JobRun.cost_gpu_used, JobRun.cost_gpu_requested)
 
 
-def _runs(session: Session, since: datetime, until: datetime) -> Sequence[Any]:
+def _runs(session: Session, since: datetime, until: datetime, namespaces: Set[str] | None = None) -> Sequence[Any]:
     """The period's runs, only the columns the report reads (whole ORM objects, messages included,
-    took 4 times as long)."""
+    took 4 times as long); `namespaces`: only theirs (None: all)."""
     end = ended_at()
     started = func.coalesce(JobRun.started_at, JobRun.created_at)
+    only = [JobRun.namespace.in_(namespaces)] if namespaces is not None else []
     return session.execute(select(*_COLUMNS).where(or_(
         and_(end >= since, end < until),
         and_(end.is_(None), started < until),
-    )).order_by(JobRun.id)).all()
+    ), *only).order_by(JobRun.id)).all()
 
 
 def group_keys(run: Any, by: GroupBy) -> list[str]:
@@ -169,9 +172,10 @@ def group_keys(run: Any, by: GroupBy) -> list[str]:
 
 
 def compute_report(session: Session, since: datetime, until: datetime, by: GroupBy, top: int = 10,
-                   costs: Costs | None = None) -> Report:
+                   costs: Costs | None = None, namespaces: Set[str] | None = None) -> Report:
     """The report of [since, until) grouped by queue, namespace or workload (a run without a queue: "");
-    costs at `costs`' prices (None: no prices, every cost 0)."""
+    costs at `costs`' prices (None: no prices, every cost 0); `namespaces`: only their runs and alerts (a
+    reader's scope, auth.mode kubernetes; None: all)."""
     costs = costs or Costs()
     groups: dict[str, Group] = {}
     total = Group(name="(all)")
@@ -180,7 +184,7 @@ def compute_report(session: Session, since: datetime, until: datetime, by: Group
     wasters: list[Waster] = []
     charges: list[Charge] = []
     ancestors: dict[str, list[str]] = {}  # by queue: a queue and its ancestors, from its runs' paths
-    for run in _runs(session, since, until):
+    for run in _runs(session, since, until, namespaces):
         keys = group_keys(run, by)
         key = keys[0]
         ancestors.setdefault(key, keys)
@@ -212,7 +216,8 @@ def compute_report(session: Session, since: datetime, until: datetime, by: Group
     # child queue's alerts count in its ancestors too, as far as the period's runs tell its path.
     column = Alert.queue if by == "queue" else Alert.namespace
     fired = session.execute(select(column, Alert.kind, func.count()).where(
-        Alert.fired_at >= since, Alert.fired_at < until).group_by(column, Alert.kind)).all()
+        Alert.fired_at >= since, Alert.fired_at < until,
+        *([Alert.namespace.in_(namespaces)] if namespaces is not None else [])).group_by(column, Alert.kind)).all()
     totals: Counter[str] = Counter()
     for key, kind, count in fired:
         totals[str(kind)] += int(count)
