@@ -22,6 +22,10 @@ Why three styles: the `current` names carry `namespace/pod/container` like DCGM'
 honorLabels they become `exported_*` (the monitor's own pod wins); the legacy names never collide.
 `auto` asks Prometheus which style has more series (`style_query`), as for DCGM.
 
+Volcano's vGPU device plugin runs its own monitor (Project-HAMi/volcano-vgpu-device-plugin, cmd/vgpu-monitor) with
+the legacy memory names and labels but no per-container utilisation: there the memory series only say which
+container holds a vGPU on which card (`members_query`), and the usage comes from DCGM's card, split.
+
 Why a series may be missing: HAMi-core writes a container's shared region only once the container uses CUDA
 or NVML; a container that never touched its vGPU has no series (HAMi #281). It is then left to DCGM.
 """
@@ -73,9 +77,19 @@ def util_query(style: str, namespace_matcher: str = "") -> str:
     return f"max by ({by}) ({names.util}{_selector(style, namespace_matcher)})"
 
 
+def members_query(style: str, namespace_matcher: str = "") -> str:
+    """Which container holds a vGPU on which card: the monitor's memory limit per container and card. Volcano's
+    vgpu-monitor serves these (legacy names) but no utilisation: with them DCGM's card, which names no pod on a
+    shared card, can still be split across the pods on it."""
+    names = STYLES[style]
+    by = ", ".join((*names.labels, names.device))
+    return f"max by ({by}) ({names.memory_limit}{_selector(style, namespace_matcher)})"
+
+
 def style_query() -> str:
-    """How many container utilisation series each naming style has, as `{style="legacy"|"current"|"exported"}`."""
-    legacy, current = STYLES[LEGACY].util, STYLES[CURRENT].util
+    """How many memory-limit series each naming style has, as `{style="legacy"|"current"|"exported"}` (the
+    memory series, which both HAMi's and Volcano's monitors serve; only HAMi's has the utilisation)."""
+    legacy, current = STYLES[LEGACY].memory_limit, STYLES[CURRENT].memory_limit
     return (f'count by (style) (label_replace({legacy}{{podname!=""}}, "style", "{LEGACY}", "", "") '
             f'or label_replace({current}{{exported_pod!=""}}, "style", "{EXPORTED}", "", "") '
             f'or label_replace({current}{{exported_pod="", pod!=""}}, "style", "{CURRENT}", "", ""))')

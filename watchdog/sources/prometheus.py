@@ -141,6 +141,12 @@ def gpu_card_query(namespaces: Sequence[str] = (), style: str = NAMESPACE_STYLE)
     return f"max by ({', '.join(names)}, UUID) (DCGM_FI_DEV_GPU_UTIL{selector})"
 
 
+def card_util_query() -> str:
+    """Per card (`UUID`): DCGM's utilisation, pod labels or not. On shared cards DCGM's pod mapping usually names
+    no pod (the vGPU device IDs are not the card's); the vGPU monitor's members say who is on the card."""
+    return 'max by (UUID) (DCGM_FI_DEV_GPU_UTIL{UUID!=""})'
+
+
 def style_query() -> str:
     """How many DCGM series (of GPUs a pod holds) each label style has, as `{style="namespace"|"exported"}`."""
     return ('count by (style) (label_replace(DCGM_FI_DEV_GPU_UTIL{exported_pod!=""}, "style", "exported", "", "") '
@@ -245,6 +251,10 @@ class PrometheusCollector:
         style = self.hami_style or hami.LEGACY
         return hami.util_query(style, namespace_matcher(self.namespaces, hami.STYLES[style].labels[0]))
 
+    def hami_members_query(self) -> str:
+        style = self.hami_style or hami.LEGACY
+        return hami.members_query(style, namespace_matcher(self.namespaces, hami.STYLES[style].labels[0]))
+
     def _detect_style(self, now: float, failures: list[str]) -> bool:
         """`auto`: which label style the DCGM series have, asked while unknown and every REDETECT_ROUNDS.
         False when Prometheus cannot be reached (the round's other queries would only time out too)."""
@@ -322,24 +332,34 @@ class PrometheusCollector:
             if skipped:
                 self.errors["series"] += skipped
             results[q.name] = values
-        gpu: dict[Key, GpuUse] = {}
+        cards: dict[tuple[str, ...], float] = {}  # DCGM: per (container, card) its card's utilisation
         if reachable and self.settings.gpu:
             reachable = self._detect_style(now, failures)
         if reachable and self.settings.gpu:
             names = DCGM_LABELS[self.dcgm_style or NAMESPACE_STYLE]
             cards, reachable = self._devices("gpu_util", self.gpu_card_query(), (*names, "UUID"), now, failures)
-            gpu = from_dcgm(cards, self.shares)
+        vgpus: dict[tuple[str, ...], float] = {}  # HAMi: per (container, card) its utilisation in % of the card
         if reachable and self.settings.hami:
             reachable = self._detect_hami_style(now, failures)
         if reachable and self.settings.hami:
             hami_names = hami.STYLES[self.hami_style or hami.LEGACY]
-            devices, _ = self._devices("hami_util", self.hami_util_query(),
-                                       (*hami_names.labels, hami_names.device), now, failures)
-            if devices:
-                # HAMi knows which container used its vGPU: it replaces DCGM's reading of all the pod's containers.
-                hami_use = from_hami(devices, self.shares)
-                pods = {key[:2] for key in hami_use}
-                gpu = {key: use for key, use in gpu.items() if key[:2] not in pods} | hami_use
+            labels = (*hami_names.labels, hami_names.device)
+            vgpus, reachable = self._devices("hami_util", self.hami_util_query(), labels, now, failures)
+            members: dict[tuple[str, ...], float] = {}
+            if reachable and self.settings.gpu:
+                members, reachable = self._devices("hami_members", self.hami_members_query(), labels, now, failures)
+            if reachable and {key for key in members if key[3]} - set(cards):
+                # containers on cards DCGM names no pod on: the card's utilisation, for the split
+                per_card, reachable = self._devices("gpu_card_util", card_util_query(), ("UUID",), now, failures)
+                for key in members:
+                    if (key[3],) in per_card:
+                        cards.setdefault(key, per_card[(key[3],)])
+        gpu = from_dcgm(cards, self.shares)
+        if vgpus:
+            # HAMi knows which container used its vGPU: it replaces DCGM's reading of all the pod's containers.
+            hami_use = from_hami(vgpus, self.shares)
+            pods = {key[:2] for key in hami_use}
+            gpu = {key: use for key, use in gpu.items() if key[:2] not in pods} | hami_use
         self._report(failures)
         return self._merge(results, gpu, now)
 

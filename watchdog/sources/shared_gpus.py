@@ -21,7 +21,10 @@ sharer). A card is shared when DCGM's pod mapping names several pods on it, or o
 under one card. The card's busy fraction is then split across the pods DCGM names on it, in proportion to
 their physical shares: with four pods at 0.25 on a card at 80 %, each used 0.2 GPUs (80 % of its share),
 whichever of them did the work. So with DCGM only, a pod on a shared card is idle exactly when its card is.
-Pods DCGM does not name on the card are not known to share it: the named ones get their usage too.
+Who is on a card: the pods DCGM's pod mapping names on it, and the containers the vGPU monitor (HAMi's, or
+Volcano's vgpu-monitor) reports a vGPU memory limit for on that card (its `deviceuuid`): on HAMi and Volcano
+vGPU nodes DCGM usually names no pod, the monitor does. Pods neither names are not known to share the card:
+the named ones get their usage too.
 Whole cards (one pod, share >= 1 per card, or no share known) keep the plain reading: the mean utilisation of
 the container's cards over their count.
 """
@@ -97,9 +100,13 @@ def from_hami(devices: Mapping[DeviceKey, float], shares: ShareLookup | None) ->
 
 def from_dcgm(cards: Mapping[DeviceKey, float], shares: ShareLookup | None) -> dict[Key, GpuUse]:
     """Per container, from DCGM's utilisation per (container, card) in percent of the card, split over the
-    card's pods when the card is shared."""
+    card's pods when the card is shared. With `shares`, a pod they do not know (not a Volcano pod holding GPUs:
+    e.g. the DCGM exporter's own pod, whose target labels an unmapped card carries when scraped with
+    honorLabels) is left out: it would take a part of the card no job holds."""
     pairs: dict[Key, dict[str, float]] = defaultdict(dict)  # container -> card -> utilisation
     for (namespace, pod, container, *rest), value in cards.items():
+        if shares is not None and _share(shares, namespace, pod) is None:
+            continue
         uuid = rest[0] if rest and rest[0] else f"\x00{namespace}/{pod}/{container}"  # no card named: its own
         pairs[(namespace, pod, container)][uuid] = min(value, 100.0)
     pairs_of_pod: dict[tuple[str, str], int] = defaultdict(int)

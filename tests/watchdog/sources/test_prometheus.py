@@ -19,6 +19,7 @@ from volcano_monitor.watchdog.sources.prometheus import (
     EXPORTED_STYLE,
     REDETECT_ROUNDS,
     PrometheusCollector,
+    card_util_query,
     namespace_matcher,
     promql_string,
     regex_literal,
@@ -94,7 +95,8 @@ def collector(prom: FakePrometheus, namespaces: tuple[str, ...] = (), shares: Sh
                                shares=shares)
 
 
-def by_metric(cpu: bytes, memory: bytes, gpu: bytes, hami_util: bytes | None = None) -> Answer:
+def by_metric(cpu: bytes, memory: bytes, gpu: bytes, hami_util: bytes | None = None,
+              members: bytes | None = None, cards: bytes | None = None) -> Answer:
     def answer(q: str) -> tuple[int, bytes]:
         if "container_cpu_usage_seconds_total" in q:
             return 200, cpu
@@ -102,6 +104,10 @@ def by_metric(cpu: bytes, memory: bytes, gpu: bytes, hami_util: bytes | None = N
             return 200, memory
         if "Device_utilization_desc_of_container" in q:
             return 200, hami_util or vector([])
+        if "vGPU_device_memory_limit_in_bytes" in q:
+            return 200, members or vector([])
+        if q == card_util_query():
+            return 200, cards or vector([])
         return 200, gpu
 
     return answer
@@ -135,6 +141,7 @@ def test_queries_and_merge(prom: FakePrometheus) -> None:
         'max by (namespace, pod, container) (container_memory_working_set_bytes{container!="", container!="POD"})',
         'max by (namespace, pod, container, UUID) (DCGM_FI_DEV_GPU_UTIL{pod!=""})',
         'max by (podnamespace, podname, ctrname, deviceuuid) (Device_utilization_desc_of_container{podname!=""})',
+        'max by (podnamespace, podname, ctrname, deviceuuid) (vGPU_device_memory_limit_in_bytes{podname!=""})',
     ]
     assert {r["path"] for r in prom.requests} == {"/api/v1/query"}
     assert {r["time"] for r in prom.requests} == {f"{NOW:.3f}"}
@@ -189,7 +196,7 @@ HOSTILE = ['a"b', "c\\d", "e\nf", "g.h|i", 'x"}) or vector(1) # ', "ünï.*"]
 
 def test_hostile_namespaces_are_escaped(prom: FakePrometheus) -> None:
     collector(prom, tuple(HOSTILE)).collect(NOW)
-    assert len(prom.queries) == 4
+    assert len(prom.queries) == 5
     for query in prom.queries:
         match = re.search(r'namespace=~("(?:[^"\\]|\\.)*")', query)
         assert match is not None, query
@@ -239,17 +246,17 @@ def test_bad_answers_are_counted(prom: FakePrometheus, status: int, body: bytes,
     prom.answer = lambda q: (status, body)
     c = collector(prom)
     assert c.collect(NOW) == []
-    assert c.errors == {cause: 4 if cause != "series" else 12}
-    assert len(prom.queries) == 4  # an answered request does not stop the round
-    prom.answer = lambda q: (200, vector([] if "Device_" in q else [(labels("p"), "1")]))
+    assert c.errors == {cause: 5 if cause != "series" else 15}
+    assert len(prom.queries) == 5  # an answered request does not stop the round
+    prom.answer = lambda q: (200, vector([] if "Device_" in q or "vGPU_" in q else [(labels("p"), "1")]))
     assert len(c.collect(NOW)) == 1  # and the next round works
-    assert c.errors[cause] == (4 if cause != "series" else 12)
+    assert c.errors[cause] == (5 if cause != "series" else 15)
 
 
 def test_one_failing_query_keeps_the_others(prom: FakePrometheus) -> None:
     ok = vector([(labels("p"), "2")])
     prom.answer = lambda q: ((422, orjson.dumps({"status": "error", "error": "x"})) if "DCGM" in q
-                             else (200, vector([]) if "Device_" in q else ok))
+                             else (200, vector([]) if "Device_" in q or "vGPU_" in q else ok))
     c = collector(prom)
     assert c.collect(NOW) == [UsageSample(NOW, "team-a", "p", "main", 2.0, 2.0, None, 0, 300.0)]
     assert c.errors == {"query": 1} and c.last_success is None
@@ -275,7 +282,7 @@ def test_auto_dcgm_style_is_asked_until_known_then_every_redetect_rounds(prom: F
     assert c.dcgm_style == EXPORTED_STYLE
     assert [(s.namespace, s.pod, s.container, s.gpu_util_percent, s.gpus) for s in samples] == [
         ("team-a", "p0", "main", 40.0, 2)]
-    assert prom.queries[-2] == ('max by (exported_namespace, exported_pod, exported_container, UUID) '
+    assert prom.queries[-3] == ('max by (exported_namespace, exported_pod, exported_container, UUID) '
                                 '(DCGM_FI_DEV_GPU_UTIL{exported_pod!=""})')
     asked = prom.queries.count(style_query())
     for _ in range(REDETECT_ROUNDS - 1):
@@ -309,7 +316,7 @@ def test_auto_hami_style_reads_the_names_prometheus_has(prom: FakePrometheus) ->
     prom.answer = answer
     c = collector(prom, hami_metrics="auto", gpu=False)
     assert c.collect(NOW) == [] and c.hami_style is None  # no HAMi series: the legacy names meanwhile
-    assert 'Device_utilization_desc_of_container{podname!=""}' in prom.queries[-1]
+    assert 'Device_utilization_desc_of_container{podname!=""}' in prom.queries[-1]  # no DCGM: no members asked
     styles[:] = [({"style": "exported"}, "4"), ({"style": "legacy"}, "1")]
     samples = c.collect(NOW)
     assert c.hami_style == hami.EXPORTED

@@ -1,0 +1,105 @@
+"""GPU usage on shared cards end to end: the simulator's `vgpu-hami` and `vgpu-volcano` clusters (four pods at a
+quarter of card 0 of gpu-11, an idle whole card, whole-card jobs), a real Prometheus scraping their cAdvisor,
+DCGM (per card, no pod labels, as on real vGPU nodes) and vGPU monitor series, and the watchdog collecting from
+it, its pods' physical shares from its own informer caches.
+
+- vgpu-hami: HAMi's per-container utilisation says what each of the four pods used (servers ~20 % of the card,
+  the cache ~10 %: ~80 % and ~40 % of a quarter);
+- vgpu-volcano: Volcano's monitor has no utilisation, only which container holds a vGPU on which card; DCGM's
+  card 0 is split across the four by share (each the card's utilisation, of its quarter).
+Either way the four add up to what DCGM says card 0 did, the idle card's job is idle and the others busy.
+"""
+
+from __future__ import annotations
+
+import re
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from sqlalchemy import Engine
+
+from tests.exporter.test_prometheus import Prometheus, poll, prometheus_binary
+from tests.watchdog.harness import fast_settings, start_watchdog
+from volcano_monitor.simulator.runtime import SimulatorThread
+from volcano_monitor.watchdog.sources.prometheus import PrometheusCollector
+from volcano_monitor.watchdog.state.db.engine import make_engine
+from volcano_monitor.watchdog.state.gpu_idle import BUSY, IDLE
+
+BUDGET = 90.0
+SCRAPE = ("    honor_labels: true\n    metric_relabel_configs:\n      - source_labels: [__name__]\n"
+          "        regex: (container_.*|DCGM_.*|vGPU_.*|Device_.*|hami_.*|Host.*)\n        action: keep\n")
+
+
+@pytest.fixture(params=["vgpu-hami", "vgpu-volcano"])
+def scenario(request: pytest.FixtureRequest) -> Iterator[tuple[str, SimulatorThread]]:
+    with SimulatorThread(scenario=request.param, speed=10, tick_interval=0.2) as running:
+        yield request.param, running
+
+
+def _job(name: str) -> str:
+    return re.sub(r"-[0-9a-z]{4,}$", "", name)  # shared-infer-x7k2p -> shared-infer
+
+
+def test_shared_card_usage_and_idle_from_the_scenarios(tmp_path: Path, scenario: tuple[str, SimulatorThread]) -> None:
+    # SQLite only: what is read from Prometheus does not depend on the database (the ledger's tests run both)
+    database_url = f"sqlite:///{tmp_path / 'watchdog.db'}"
+    name, sim = scenario
+    deadline = time.monotonic() + BUDGET
+    (tmp_path / "prom").mkdir()
+    prom = Prometheus(prometheus_binary(), tmp_path / "prom", {"cluster": sim.url.removeprefix("http://")},
+                      job_config={"cluster": SCRAPE})
+    watchdog = None
+    try:
+        prom.wait_ready(timeout=10)
+        poll("vGPU monitor and DCGM scraped", deadline,
+             lambda: None if prom.query("vGPU_device_memory_limit_in_bytes") and len(prom.query(
+                 "DCGM_FI_DEV_GPU_UTIL")) >= 32 else "not yet")
+        settings = fast_settings(
+            database_url,
+            sources={"metrics_api": {"interval_seconds": 0.25}, "rollup_seconds": 1,
+                     "prometheus": {"enabled": True, "url": prom.url, "interval_seconds": 0.5, "rate_window": "5s"}},
+            gpu_idle={"idle_util_percent": 5})
+        engine: Engine = make_engine(database_url)
+        watchdog = start_watchdog(sim, engine, tmp_path, settings)
+        collector = next(src for source, _, src in watchdog._sources if source == "prometheus")
+        assert isinstance(collector, PrometheusCollector)
+
+        def states() -> dict[str, str]:
+            return {_job(job.job_name): job.state for job in watchdog.gpu_idle.snapshot()} if watchdog else {}
+
+        poll("the idle card's job idle, the shared and whole-card jobs busy", deadline,
+             lambda: None if {k: v for k, v in states().items() if k in ("shared-infer", "notebook-idle",
+                                                                           "train-whole")} ==
+             {"shared-infer": BUSY, "notebook-idle": IDLE, "train-whole": BUSY}
+             else f"{states()}; {collector.errors} {collector.last_error!r}")
+
+        at = time.time()
+        samples = [s for s in collector.collect(at) if s.gpu_util_percent is not None]
+        assert not collector.errors, collector.last_error
+        assert collector.hami_style == ("legacy" if name == "vgpu-volcano" else collector.hami_style)
+        infos = {s.pod: watchdog.index.pod_info(s.namespace, s.pod) for s in samples}
+        shared = [s for s in samples if (info := infos[s.pod]) is not None and _job(info.job_name) == "shared-infer"]
+        assert len(shared) == 4 and {s.gpus for s in shared} == {0.25}, shared
+        # card 0 of gpu-11 as DCGM saw it at the same instant: the four pods used exactly that, together
+        card = [r for r in prom.query('DCGM_FI_DEV_GPU_UTIL{Hostname="gpu-11", gpu="0"}', at=at)]
+        assert len(card) == 1
+        card_used = float(card[0]["value"][1]) / 100
+        used = sum((s.gpu_util_percent or 0.0) / 100 * s.gpus for s in shared)
+        utils = sorted(s.gpu_util_percent or 0.0 for s in shared)
+        if name == "vgpu-hami":
+            # HAMi's own readings: the cache ~10 % of the card (40 % of its quarter), the servers ~20 % (80 %);
+            # the card's sum is rounded per vGPU by the monitor, so within a point of DCGM's
+            assert utils[0] < 60 < utils[1], utils
+            assert used == pytest.approx(card_used, abs=0.01)
+        else:
+            # DCGM only: each pod is credited the card's utilisation of its quarter, whoever did the work
+            assert utils == pytest.approx([card_used * 100] * 4)
+            assert used == pytest.approx(card_used)
+        idle = next(s for s in samples if (info := infos[s.pod]) is not None and _job(info.job_name) == "notebook-idle")
+        assert idle.gpus == 1.0 and (idle.gpu_util_percent or 0.0) < 5
+    finally:
+        if watchdog is not None:
+            watchdog.stop()
+        prom.stop()
