@@ -36,15 +36,16 @@ class PrometheusSource(Section):
                     "again every 60 rounds.")
     hami: bool = Field(
         default=True,
-        description="Query HAMi's vGPU monitor (per container SM utilisation of each vGPU) for the GPU usage of "
-                    "containers on shared cards; a container with HAMi series takes them over DCGM's.")
+        description="Query the vGPU monitor (HAMi's, or Volcano's vgpu-monitor) for the GPU usage on shared cards: "
+                    "HAMi's per-container utilisation of each vGPU (taken over DCGM's), and which container holds a "
+                    "vGPU on which card, to split DCGM's per-card utilisation across the pods sharing it.")
     hami_metrics: Literal["auto", "legacy", "current", "exported"] = Field(
         default="auto",
         description="Which names HAMi's monitor uses: `legacy` (Device_utilization_desc_of_container with "
                     "podnamespace/podname/ctrname, HAMi up to 2.x and `--legacy-metrics`), `current` "
                     "(hami_container_device_utilization_ratio with namespace/pod/container, scraped with "
                     "honorLabels), `exported` (the same, exported_namespace/exported_pod/exported_container), or "
-                    "`auto`: asked of Prometheus (the one with more series), again every 60 rounds.")
+                    "`auto`: asked of Prometheus (the one with more memory-limit series), again every 60 rounds.")
     bearer_token: SecretStr | None = Field(default=None, description="Bearer token for Prometheus, if it needs one.")
     backfill: PrometheusBackfill = PrometheusBackfill()
 
