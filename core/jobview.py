@@ -25,6 +25,7 @@ from volcano_monitor.core.fields import (
     string,
     timestamp,
 )
+from volcano_monitor.core.gpushare import has_gpu, with_physical_gpu
 from volcano_monitor.core.podrequests import NO_RESOURCES, Resources, pod_resources, res_from
 
 __all__ = ["JOB_TERMINAL_PHASES", "Job", "Task", "parse_job"]
@@ -136,6 +137,8 @@ def _task(raw: object, i: int, probs: list[str]) -> Task:
     template = obj(t, "template", p, probs)
     spec = obj(template, "spec", p + "template.", probs)
     requests, _ = pod_resources(spec, p + "template.spec.", probs) if spec else (NO_RESOURCES, NO_RESOURCES)
+    if requests and has_gpu(requests):  # physical GPUs of a replica (no node yet: no card memory)
+        requests = with_physical_gpu(requests, spec, obj(template, "metadata", p + "template.", probs))
     return Task(
         istring(t, "name", p, probs),
         replicas,

@@ -17,6 +17,7 @@ from volcano_monitor.core.fields import (
     shown,
     timestamp,
 )
+from volcano_monitor.core.gpushare import CardMemory, has_gpu, with_physical_gpu
 from volcano_monitor.core.podrequests import Resources, pod_resources
 
 __all__ = ["Pod", "Termination", "is_volcano_pod", "parse_pod"]
@@ -58,7 +59,8 @@ class Pod:
     task_index: int | None  # volcano.sh/task-index
     queue: str  # volcano.sh/queue-name or scheduling.volcano.sh/queue-name ("" when absent)
     podgroup: str  # scheduling.k8s.io/group-name or scheduling.volcano.sh/group-name
-    requests: Resources  # effective pod request (init containers, sidecars, overhead)
+    requests: Resources  # effective pod request (init containers, sidecars, overhead); GPU pods add
+    # core.gpushare.PHYSICAL_GPU, their share of physical cards
     limits: Resources
     restart_count: int  # all containers, init containers included
     terminations: tuple[Termination, ...]
@@ -149,11 +151,13 @@ def _statuses(status: Mapping[str, Any], probs: list[str]) -> tuple[int, tuple[T
     return restarts, tuple(terms) if terms else ()
 
 
-def parse_pod(raw: object, *, statuses: bool = True) -> Pod:
+def parse_pod(raw: object, *, statuses: bool = True, card_memory: CardMemory | None = None) -> Pod:
     """A core/v1 Pod, with its Volcano job/task/queue/podgroup and effective resource request.
 
     `statuses=False` skips what only the watchdog reads (container statuses: restarts and
-    terminations; the start time): the exporter parses every pod event, and those are a third of it."""
+    terminations; the start time): the exporter parses every pod event, and those are a third of it.
+    `card_memory`: node name -> MiB of its cards, for the share of a vGPU asked in MiB of a bound pod
+    (core.gpushare; without it, the configured default card memory, else the cores share)."""
     probs: list[str] = []
     d = root(raw, probs)
     meta, md = read_meta(d, probs)
@@ -177,6 +181,10 @@ def parse_pod(raw: object, *, statuses: bool = True) -> Pod:
         else:
             probs.append(f"metadata.labels.{TASK_INDEX_KEY}: invalid index {shown(index_text)}")
     requests, limits = pod_resources(spec, "spec.", probs)
+    if requests and has_gpu(requests):
+        node = spec.get("nodeName")
+        card = card_memory(node) if card_memory is not None and type(node) is str and node else 0.0
+        requests = with_physical_gpu(requests, spec, annotations, card)
     restarts, terms = _statuses(status, probs) if statuses else (0, ())
     status_reason = istring(status, "reason", "status.", probs)
     disruption, disrupted_at = pod_disruption(status, status_reason)

@@ -130,7 +130,8 @@ def test_volcano_pod() -> None:
     assert pod.is_volcano
     assert pod.creation_timestamp == ts("2024-05-01T10:00:00+00:00")
     assert pod.start_time == ts("2024-05-01T10:00:02+00:00")
-    assert pod.requests == (("cpu", 4.0), ("memory", 16.0 * GI), ("nvidia.com/gpu", 1.0))
+    # a whole GPU: its physical share (core.gpushare) is the same 1, in requests only
+    assert pod.requests == (("cpu", 4.0), ("memory", 16.0 * GI), ("nvidia.com/gpu", 1.0), ("physical-gpu", 1.0))
     assert pod.limits == (("cpu", 8.0), ("memory", 16.0 * GI), ("nvidia.com/gpu", 1.0))
     assert pod.restart_count == 0 and pod.terminations == ()
     assert not hasattr(pod, "__dict__")  # slots: the exporter keeps ~100k of these
@@ -300,7 +301,7 @@ def test_limits_only_container_gets_request_equal_to_limit() -> None:
             ]
         }
     )
-    assert reqs == {"cpu": 2.1, "memory": GI + 256 * MI, "nvidia.com/gpu": 1.0}
+    assert reqs == {"cpu": 2.1, "memory": GI + 256 * MI, "nvidia.com/gpu": 1.0, "physical-gpu": 1.0}
     assert lims == {"cpu": 3.0, "memory": GI + 256 * MI, "nvidia.com/gpu": 1.0}
 
 
@@ -614,7 +615,8 @@ def test_documented_problem_strings() -> None:
     raw["spec"]["containers"][0]["resources"]["requests"]["cpu"] = "abc"
     pod = parse_pod(raw)
     assert pod.problems == ("spec.containers[0].resources.requests.cpu: invalid quantity 'abc'",)
-    assert pod.requests == (("cpu", 8.0), ("memory", 16.0 * GI), ("nvidia.com/gpu", 1.0))  # limit as request
+    assert pod.requests == (("cpu", 8.0), ("memory", 16.0 * GI), ("nvidia.com/gpu", 1.0),  # limit as request
+                            ("physical-gpu", 1.0))
 
 
 @pytest.mark.parametrize("parser", [parse_job, parse_podgroup, parse_queue, parse_pod, parse_node])
