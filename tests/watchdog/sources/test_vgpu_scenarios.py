@@ -7,7 +7,9 @@ it, its pods' physical shares from its own informer caches.
   the cache ~10 %: ~80 % and ~40 % of a quarter);
 - vgpu-volcano: Volcano's monitor has no utilisation, only which container holds a vGPU on which card; DCGM's
   card 0 is split across the four by share (each the card's utilisation, of its quarter).
-Either way the four add up to what DCGM says card 0 did, the idle card's job is idle and the others busy.
+Either way the four add up to what DCGM says card 0 did, the idle card's job is idle and the others busy. And
+the VolcanoVGPUMemoryNearLimit rule's expression, joined with the exporter's volcano_pod_info, finds the job whose
+cache pod keeps its vGPU at ~97 % of its memory limit, in HAMi's names and in Volcano's monitor's.
 """
 
 from __future__ import annotations
@@ -18,16 +20,24 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+import yaml
 from sqlalchemy import Engine
 
 from tests.exporter.test_prometheus import Prometheus, poll, prometheus_binary
+from tests.promql import ROOT
+from tests.simtools import client_for, wait_for
 from tests.watchdog.harness import fast_settings, start_watchdog
+from volcano_monitor.exporter.app import Exporter
+from volcano_monitor.exporter.server import make_server, serve_in_background
 from volcano_monitor.simulator.runtime import SimulatorThread
 from volcano_monitor.watchdog.sources.prometheus import PrometheusCollector
 from volcano_monitor.watchdog.state.db.engine import make_engine
 from volcano_monitor.watchdog.state.gpu_idle import BUSY, IDLE
 
 BUDGET = 90.0
+MEMORY_RULE = next(rule["expr"] for group in yaml.safe_load((ROOT / "alerts" / "volcano-monitor.rules.yml")
+                                                              .read_text())["groups"]
+                   for rule in group["rules"] if rule.get("alert") == "VolcanoVGPUMemoryNearLimit")
 SCRAPE = ("    honor_labels: true\n    metric_relabel_configs:\n      - source_labels: [__name__]\n"
           "        regex: (container_.*|DCGM_.*|vGPU_.*|Device_.*|hami_.*|Host.*)\n        action: keep\n")
 
@@ -38,17 +48,34 @@ def scenario(request: pytest.FixtureRequest) -> Iterator[tuple[str, SimulatorThr
         yield request.param, running
 
 
+@pytest.fixture
+def exporter(scenario: tuple[str, SimulatorThread], tmp_path: Path) -> Iterator[str]:
+    """The exporter watching the simulated cluster (volcano_pod_info for the alert rule's join), host:port."""
+    running = Exporter(client_for(scenario[1], tmp_path / "exporter")).start()
+    server = make_server(running, "127.0.0.1", 0)
+    serve_in_background(server)
+    try:
+        wait_for(running.ready, timeout=10)
+        yield f"127.0.0.1:{server.server_address[1]}"
+    finally:
+        server.shutdown()
+        server.server_close()
+        running.stop()
+
+
 def _job(name: str) -> str:
     return re.sub(r"-[0-9a-z]{4,}$", "", name)  # shared-infer-x7k2p -> shared-infer
 
 
-def test_shared_card_usage_and_idle_from_the_scenarios(tmp_path: Path, scenario: tuple[str, SimulatorThread]) -> None:
+def test_shared_card_usage_and_idle_from_the_scenarios(tmp_path: Path, scenario: tuple[str, SimulatorThread],
+                                                       exporter: str) -> None:
     # SQLite only: what is read from Prometheus does not depend on the database (the ledger's tests run both)
     database_url = f"sqlite:///{tmp_path / 'watchdog.db'}"
     name, sim = scenario
     deadline = time.monotonic() + BUDGET
     (tmp_path / "prom").mkdir()
-    prom = Prometheus(prometheus_binary(), tmp_path / "prom", {"cluster": sim.url.removeprefix("http://")},
+    prom = Prometheus(prometheus_binary(), tmp_path / "prom",
+                      {"cluster": sim.url.removeprefix("http://"), "volcano-exporter": exporter},
                       job_config={"cluster": SCRAPE})
     watchdog = None
     try:
@@ -97,6 +124,13 @@ def test_shared_card_usage_and_idle_from_the_scenarios(tmp_path: Path, scenario:
             # DCGM only: each pod is credited the card's utilisation of its quarter, whoever did the work
             assert utils == pytest.approx([card_used * 100] * 4)
             assert used == pytest.approx(card_used)
+        # The vGPU memory alert's expression (without its 5 minutes): the cache pod of shared-infer keeps its vGPU
+        # at ~97 % of its limit, the servers at ~60 %: only shared-infer, in either plugin's names.
+        poll("volcano_pod_info scraped", deadline,
+             lambda: None if prom.query('volcano_pod_info{job_name=~"shared-infer.*"}') else "not yet")
+        near = {(r["metric"]["namespace"], _job(r["metric"]["job_name"]), r["metric"]["queue"])
+                for r in prom.query(MEMORY_RULE)}
+        assert near == {("default", "shared-infer", "gpu")}
         idle = next(s for s in samples if (info := infos[s.pod]) is not None and _job(info.job_name) == "notebook-idle")
         assert idle.gpus == 1.0 and (idle.gpu_util_percent or 0.0) < 5
     finally:
