@@ -30,6 +30,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 
 from volcano_monitor.core.exposition import Family
+from volcano_monitor.core.gpushare import physical_gpus
 from volcano_monitor.core.model import Node, PodGroup, res_get
 from volcano_monitor.core.pending import BELOW_TOPOLOGY, group_waiting, with_topology
 from volcano_monitor.core.topology import (
@@ -46,7 +47,7 @@ from volcano_monitor.core.topology import (
     topology_verdict,
 )
 from volcano_monitor.watchdog.findings.detectors.settings import GpuStrandedSettings
-from volcano_monitor.watchdog.state.cluster import ClusterIndex, WhyPending, gpu_count
+from volcano_monitor.watchdog.state.cluster import ClusterIndex, WhyPending
 from volcano_monitor.watchdog.state.hypernodes import HyperNodeTable
 from volcano_monitor.watchdog.state.nodes import DONE_PHASES, NodePod, NodePodCache, NodeTable
 
@@ -80,7 +81,7 @@ def node_cards(nodes: NodeTable, node: Node) -> float:
     reading = getattr(nodes, "gpus", None)  # NodeTable.gpus (the counting part of issue 31)
     found = reading(node.name) if callable(reading) else None
     cards = getattr(found, "cards", None)
-    return float(cards) if isinstance(cards, int | float) else gpu_count(node.allocatable)
+    return float(cards) if isinstance(cards, int | float) else physical_gpus(node.allocatable)
 
 
 def node_room(node: Node, pods: list[NodePod], cards: float) -> NodeRoom:
@@ -183,7 +184,7 @@ class TopologyView:
                 if not pod.podgroup or key not in wanted or pod.phase in DONE_PHASES:
                     continue
                 old = out.get(key) or Gang(0.0, 0.0, 0.0, 0)
-                out[key] = Gang(old.gpus + gpu_count(pod.requests), old.cpu + res_get(pod.requests, "cpu"),
+                out[key] = Gang(old.gpus + physical_gpus(pod.requests), old.cpu + res_get(pod.requests, "cpu"),
                                 old.memory + res_get(pod.requests, "memory"), old.pods + 1)
         return out
 
@@ -209,7 +210,7 @@ class TopologyView:
             scale = min(1.0, group.min_member / gang.pods) if group.min_member > 0 else 1.0
             gpus, cpu, memory = gang.gpus * scale, gang.cpu * scale, gang.memory * scale
         else:  # no pod yet: the group's minResources, whole `*/gpu`
-            gpus = gpu_count(group.min_resources)
+            gpus = physical_gpus(group.min_resources)
             cpu, memory = res_get(group.min_resources, "cpu"), res_get(group.min_resources, "memory")
         tier = topology.highest_tier_allowed
         if tier is None and topology.highest_tier_name:
