@@ -341,7 +341,8 @@ class PrometheusCollector:
         vgpus: dict[tuple[str, ...], float] = {}  # HAMi: per (container, card) its utilisation in % of the card
         if reachable and self.settings.hami:
             reachable = self._detect_hami_style(now, failures)
-        if reachable and self.settings.hami:
+        # `auto` with no vGPU monitor series in any style (no HAMi, no Volcano vGPU): nothing to ask for
+        if reachable and self.settings.hami and (self.hami_style is not None or self.settings.hami_metrics != "auto"):
             hami_names = hami.STYLES[self.hami_style or hami.LEGACY]
             labels = (*hami_names.labels, hami_names.device)
             vgpus, reachable = self._devices("hami_util", self.hami_util_query(), labels, now, failures)

@@ -315,8 +315,8 @@ def test_auto_hami_style_reads_the_names_prometheus_has(prom: FakePrometheus) ->
 
     prom.answer = answer
     c = collector(prom, hami_metrics="auto", gpu=False)
-    assert c.collect(NOW) == [] and c.hami_style is None  # no HAMi series: the legacy names meanwhile
-    assert 'Device_utilization_desc_of_container{podname!=""}' in prom.queries[-1]  # no DCGM: no members asked
+    assert c.collect(NOW) == [] and c.hami_style is None
+    assert prom.queries[-1] == hami.style_query()  # no vGPU monitor series in any style: nothing more
     styles[:] = [({"style": "exported"}, "4"), ({"style": "legacy"}, "1")]
     samples = c.collect(NOW)
     assert c.hami_style == hami.EXPORTED
