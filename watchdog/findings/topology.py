@@ -78,10 +78,8 @@ def node_cards(nodes: NodeTable, node: Node) -> float:
     """A node's physical GPUs: the table's reading of its cards (`core.gpushare.node_gpus`, read once per Node
     event: GPU feature discovery's count, the device plugin's annotation, then allocatable), never a HAMi node's
     vGPU slots; whole `*/gpu` of its allocatable while the table has no reading."""
-    reading = getattr(nodes, "gpus", None)  # NodeTable.gpus (the counting part of issue 31)
-    found = reading(node.name) if callable(reading) else None
-    cards = getattr(found, "cards", None)
-    return float(cards) if isinstance(cards, int | float) else physical_gpus(node.allocatable)
+    found = nodes.gpus(node.name)
+    return float(found.cards) if found is not None else physical_gpus(node.allocatable)
 
 
 def node_room(node: Node, pods: list[NodePod], cards: float) -> NodeRoom:
