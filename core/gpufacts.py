@@ -14,7 +14,7 @@ from collections.abc import Mapping
 
 from volcano_monitor.core.podrequests import Resources
 
-__all__ = ["DEFAULT_SPLIT", "as_map", "note_problem", "number", "reset_problems", "share_problems"]
+__all__ = ["DEFAULT_SPLIT", "PROBLEM_KINDS", "as_map", "note_problem", "number", "reset_problems", "share_problems"]
 
 log = logging.getLogger("volcano_monitor.core.gpushare")
 
@@ -41,6 +41,10 @@ DEFAULT_SPLIT = 10  # deviceSplitCount of both plugins: vGPUs a card offers
 
 HAMI_EXTRA = frozenset({HAMI_MEMORY, HAMI_MEMORY_PERCENT, HAMI_CORES})
 VGPU = frozenset({VGPU_COUNT, VGPU_MEMORY, VGPU_MEMORY_PERCENT, VGPU_CORES})
+
+# Every kind `note_problem` is called with (docs/gpu-sharing.md says what each means and what is assumed).
+PROBLEM_KINDS = ("vgpu_without_count", "percentage_over_100", "negative", "memory_over_card", "card_memory_unknown",
+                 "node_without_annotations", "bad_node_annotation", "bad_pod_annotation")
 
 _PROBLEMS: dict[str, int] = {}
 _LOCK = threading.Lock()

@@ -25,8 +25,8 @@ from volcano_monitor.core.fields import (
     string,
     timestamp,
 )
-from volcano_monitor.core.gpushare import has_gpu, with_physical_gpu
-from volcano_monitor.core.podrequests import NO_RESOURCES, Resources, pod_resources, res_from
+from volcano_monitor.core.gpushare import PHYSICAL_GPU, has_gpu, with_physical_gpu
+from volcano_monitor.core.podrequests import NO_RESOURCES, Resources, pod_resources, res_from, res_get
 
 __all__ = ["JOB_TERMINAL_PHASES", "Job", "Task", "parse_job"]
 
@@ -40,6 +40,9 @@ class Task:
     replicas: int
     min_available: int
     requests: Resources  # per replica (effective pod request of the template)
+    # Physical GPUs per replica (core.gpushare). Not in `requests`: those are compared with nodes'
+    # allocatable (a gang's largest pod must fit a node), which has no such resource.
+    physical_gpus: float = 0.0
 
 
 @dataclass(slots=True, frozen=True)
@@ -71,7 +74,7 @@ class Job:
     start_time: float | None
     finish_time: float | None
     finish_phase: str
-    requests: Resources  # sum over tasks of replicas x per-replica request
+    requests: Resources  # sum over tasks of replicas x per-replica request, + PHYSICAL_GPU for GPU jobs
     problems: tuple[str, ...] = ()
     labels: tuple[tuple[str, str], ...] = ()  # chosen by --metric-labels-allowlist (exporter/cardinality.py)
     run_queued_time: float | None = None  # a restarted run: when it began waiting again (its Restarting)
@@ -137,13 +140,16 @@ def _task(raw: object, i: int, probs: list[str]) -> Task:
     template = obj(t, "template", p, probs)
     spec = obj(template, "spec", p + "template.", probs)
     requests, _ = pod_resources(spec, p + "template.spec.", probs) if spec else (NO_RESOURCES, NO_RESOURCES)
+    gpus = 0.0
     if requests and has_gpu(requests):  # physical GPUs of a replica (no node yet: no card memory)
-        requests = with_physical_gpu(requests, spec, obj(template, "metadata", p + "template.", probs))
+        shared = with_physical_gpu(requests, spec, obj(template, "metadata", p + "template.", probs))
+        gpus = res_get(shared, PHYSICAL_GPU)
     return Task(
         istring(t, "name", p, probs),
         replicas,
         replicas if min_avail is None else min_avail,
         requests,
+        gpus,
     )
 
 
@@ -179,9 +185,13 @@ def parse_job(raw: object) -> Job:
     phase = istring(state, "phase", "status.state.", probs)
     start, finish, finish_phase, queued = _job_times(status, phase, probs)
     total: dict[str, float] = {}
+    gpu_tasks = False
     for t in tasks:
         for name, v in t.requests:
             total[name] = total.get(name, 0.0) + v * t.replicas
+        gpu_tasks = gpu_tasks or has_gpu(t.requests)
+    if gpu_tasks:  # all tasks x replicas in physical GPUs, beside the raw resources
+        total[PHYSICAL_GPU] = sum(t.physical_gpus * t.replicas for t in tasks)
     sp = "status."
     pending, running, succeeded, failed, terminating, unknown = counts(
         status, sp, probs, "pending", "running", "succeeded", "failed", "terminating", "unknown"

@@ -8,7 +8,7 @@ import signal
 import sys
 import threading
 
-from volcano_monitor.core import memory
+from volcano_monitor.core import gpushare, memory
 from volcano_monitor.core.flags import Parser, boolean, env_flag, host_port, kubeconfig_flag, log_level_flag
 from volcano_monitor.core.kube.config import ClusterConfigError, api_client
 from volcano_monitor.exporter.app import Exporter
@@ -49,8 +49,25 @@ def build_parser() -> argparse.ArgumentParser:
              help="at most N objects per kind get series, N or KIND=N,... for jobs, podgroups, pods, queues, "
                   "cronjobs, hypernodes, jobflows "
                   "(empty: no cap); the rest are counted in volcano_exporter_objects_dropped_total")
+    env_flag(parser, "--gpu-share-basis", "VOLCANO_EXPORTER_GPU_SHARE_BASIS", default="max",
+             choices=gpushare.BASES,
+             help="physical GPUs of a shared-GPU (HAMi, Volcano vGPU) request: the larger of its cores and memory "
+                  "shares of the card (max), or only one of them (docs/gpu-sharing.md)")
+    env_flag(parser, "--gpu-card-memory-mib", "VOLCANO_EXPORTER_GPU_CARD_MEMORY_MIB", default="0", type=_mib,
+             help="memory of one GPU card in MiB, for vGPU memory asked in MiB (the exporter does not watch nodes); "
+                  "0: unknown, such a request counts its cores share, else whole cards")
     log_level_flag(parser, "VOLCANO_EXPORTER")
     return parser
+
+
+def _mib(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected MiB, a number >= 0, got {text!r}") from None
+    if not value >= 0 or value == float("inf"):
+        raise argparse.ArgumentTypeError(f"expected MiB, a number >= 0, got {text!r}")
+    return value
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
@@ -60,6 +77,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         parser.error("--total-shards must be at least 1")
     if not 0 <= args.shard < args.total_shards:
         parser.error(f"--shard must be in [0, {args.total_shards - 1}]")
+    if args.gpu_share_basis not in gpushare.BASES:  # from the environment: argparse checks only the command line
+        parser.error(f"--gpu-share-basis must be one of {', '.join(gpushare.BASES)}")
     args.namespaces = [ns.strip() for ns in args.namespaces.split(",") if ns.strip()]
     try:
         args.options = Options(
@@ -75,6 +94,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
 
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
+    gpushare.configure(basis=args.gpu_share_basis, card_memory_mib=args.gpu_card_memory_mib)
     logging.basicConfig(level=args.log_level, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     if args.log_level != "DEBUG":  # urllib3's "Retrying" lines (3 per attempt) say less than the informers'
         logging.getLogger("urllib3").setLevel(logging.ERROR)

@@ -9,6 +9,7 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 from volcano_monitor.core.exposition import COUNTER, Family
+from volcano_monitor.core.gpushare import PROBLEM_KINDS, share_problems
 from volcano_monitor.core.kube import informer as inf
 from volcano_monitor.core.version import version
 
@@ -46,9 +47,14 @@ DROPPED = Family("volcano_exporter_objects_dropped_total",
 SCRAPE_SECONDS = Family("volcano_exporter_scrape_duration_seconds",
                         "Seconds the previous /metrics response took to assemble.", ())
 SCRAPES = Family("volcano_exporter_scrapes_total", "Responses served on /metrics.", (), COUNTER)
+GPU_SHARE_PROBLEMS = Family(
+    "volcano_exporter_gpu_share_problems_total",
+    "Bad input met while computing physical GPUs of shared-GPU requests (docs/gpu-sharing.md), by kind, each time "
+    "a pod or job is parsed: " + ", ".join(PROBLEM_KINDS) + ". A fallback was used (logged once per kind).",
+    ("problem",), COUNTER)
 
 FAMILIES = (BUILD_INFO, EVENTS, RELISTS, DECODE_ERRORS, PARSE_PROBLEMS, HANDLER_ERRORS, REQUEST_ERRORS, OBJECTS,
-            SYNCED, SERVED, STATE, LAST_EVENT, DROPPED, SCRAPE_SECONDS, SCRAPES)
+            SYNCED, SERVED, STATE, LAST_EVENT, DROPPED, SCRAPE_SECONDS, SCRAPES, GPU_SHARE_PROBLEMS)
 
 # When one resource has several informers (one per namespace), the worst state speaks for it.
 _SEVERITY = [inf.FORBIDDEN, inf.NOT_FOUND, inf.BACKOFF, inf.STARTING, inf.LISTING, inf.STOPPED, inf.WATCHING]
@@ -91,6 +97,9 @@ def render(informers: Sequence[inf.Informer[Any]], parse_problems: dict[str, int
         sections[DROPPED].append(DROPPED.line((resource,), (dropped or {}).get(plural, 0)))
     sections[SCRAPE_SECONDS].append(SCRAPE_SECONDS.line((), scrape_seconds))
     sections[SCRAPES].append(SCRAPES.line((), scrapes))
+    problems = share_problems()
+    for kind in (*PROBLEM_KINDS, *sorted(set(problems) - set(PROBLEM_KINDS))):
+        sections[GPU_SHARE_PROBLEMS].append(GPU_SHARE_PROBLEMS.line((kind,), problems.get(kind, 0)))
     for family, lines in sections.items():
         if lines:
             out.append(family.header)

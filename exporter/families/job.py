@@ -27,7 +27,9 @@ RETRIES = Family("volcano_job_status_retry_count", "How many times the Job has b
 MAX_RETRY = Family("volcano_job_spec_max_retry", "Retries allowed before the Job is failed.", JOB)
 MIN_AVAILABLE = Family("volcano_job_spec_min_available", "Pods that must run together for the Job to run.", JOB)
 PODS = Family("volcano_job_status_pods", "The Job's pods by state, as its status counts them.", (*JOB, "state"))
-REQUESTS = Family("volcano_job_resource_requests", "Resources requested by all tasks x replicas of the Job.",
+REQUESTS = Family("volcano_job_resource_requests",
+                  "Resources requested by all tasks x replicas of the Job; a Job holding GPUs also has "
+                  "resource=\"physical_gpu\" (unit gpu), its physical cards (docs/gpu-sharing.md).",
                   resource_labels(*JOB, "queue"))
 TASK_REPLICAS = Family("volcano_task_spec_replicas", "Replicas of a task of the Job.", (*JOB, "task"))
 TASK_PODS = Family("volcano_task_status_pods", "Pods of a task by phase (status.taskStatusCount).",

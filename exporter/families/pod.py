@@ -11,7 +11,10 @@ from volcano_monitor.core.model import Pod
 INFO = Family("volcano_pod_info", "Volcano attribution of a pod: join on (namespace, pod) to get queue, job, task.",
               ("namespace", "pod", "uid", "job_name", "job_kind", "task", "queue", "podgroup", "node"))
 REQUESTS = Family("volcano_pod_resource_requests",
-                  "Effective resource request of the pod (containers, init containers, overhead).",
+                  "Effective resource request of the pod (containers, init containers, overhead). A pod holding a "
+                  "GPU also has resource=\"physical_gpu\" (unit gpu): its share of physical cards, e.g. 0.25 for a "
+                  "quarter of one card under HAMi or Volcano vGPU, beside the raw vGPU resources "
+                  "(docs/gpu-sharing.md).",
                   resource_labels("namespace", "pod", "queue", "job_name", "task"))
 PHASE = Family("volcano_pod_status_phase", "The pod's current phase (1 for the current one).",
                ("namespace", "pod", "queue", "phase"))
