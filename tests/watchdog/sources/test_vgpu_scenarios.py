@@ -7,7 +7,8 @@ it, its pods' physical shares from its own informer caches.
   the cache ~10 %: ~80 % and ~40 % of a quarter);
 - vgpu-volcano: Volcano's monitor has no utilisation, only which container holds a vGPU on which card; DCGM's
   card 0 is split across the four by share (each the card's utilisation, of its quarter).
-Either way the four add up to what DCGM says card 0 did, the idle card's job is idle and the others busy. And
+Either way the four add up to what DCGM says card 0 did (and the ledger's GPU efficiency of their job is that
+card's ~70 %), the idle card's job is idle and the others busy. And
 the VolcanoVGPUMemoryNearLimit rule's expression, joined with the exporter's volcano_pod_info, finds the job whose
 cache pod keeps its vGPU at ~97 % of its memory limit, in HAMi's names and in Volcano's monitor's.
 """
@@ -26,7 +27,7 @@ from sqlalchemy import Engine
 from tests.exporter.test_prometheus import Prometheus, poll, prometheus_binary
 from tests.promql import ROOT
 from tests.simtools import client_for, wait_for
-from tests.watchdog.harness import fast_settings, start_watchdog
+from tests.watchdog.harness import fast_settings, runs, start_watchdog
 from volcano_monitor.exporter.app import Exporter
 from volcano_monitor.exporter.server import make_server, serve_in_background
 from volcano_monitor.simulator.runtime import SimulatorThread
@@ -131,6 +132,17 @@ def test_shared_card_usage_and_idle_from_the_scenarios(tmp_path: Path, scenario:
         near = {(r["metric"]["namespace"], _job(r["metric"]["job_name"]), r["metric"]["queue"])
                 for r in prom.query(MEMORY_RULE)}
         assert near == {("default", "shared-infer", "gpu")}
+        # The ledger adds these up (the recorder is the watchdog's): shared-infer requests one physical GPU (four
+        # quarters) and uses what card 0 did, ~70 % of it (servers ~20 % each, the cache ~10 %).
+        def efficiency() -> str | None:
+            run = next((r for r in runs(engine) if r.workload == "shared-infer"), None)
+            if run is None or run.gpu_seconds_requested < 3.0:
+                return f"not yet: {run and (run.gpu_seconds_requested, run.gpu_seconds_used)}"
+            assert run.requested_gpus == pytest.approx(1.0)
+            ratio = run.gpu_seconds_used / run.gpu_seconds_requested
+            return None if 0.55 < ratio < 0.85 else f"used/requested {ratio:.3f}"
+
+        poll("shared-infer's GPU efficiency from the shared card", deadline, efficiency)
         idle = next(s for s in samples if (info := infos[s.pod]) is not None and _job(info.job_name) == "notebook-idle")
         assert idle.gpus == 1.0 and (idle.gpu_util_percent or 0.0) < 5
     finally:
