@@ -47,7 +47,8 @@ from volcano_monitor.watchdog.state.signals import GPU_STRANDED, Signal, fingerp
 __all__ = ["GpuStrandedDetector", "NodeLoad", "node_load", "render_stranded_metrics", "stranded_gpus", "usable_gpus"]
 
 NODE_STRANDED_GPUS = Family("volcano_watchdog_node_stranded_gpus",
-                            "Free GPUs of a Ready, schedulable GPU node that no GPU pod of the configured shape can "
+                            "Free physical GPUs (cards, not vGPU slots) of a Ready, schedulable GPU node that no GPU "
+                            "pod of the configured shape can "
                             "use because pods requesting no GPU hold its CPU or memory (GpuStranded); 0 for the "
                             "other GPU nodes. Served by the leader, which runs the check.", ("node",))
 
