@@ -10,7 +10,8 @@ it, its pods' physical shares from its own informer caches.
 Either way the four add up to what DCGM says card 0 did (and the ledger's GPU efficiency of their job is that
 card's ~70 %), the idle card's job is idle and the others busy. And
 the VolcanoVGPUMemoryNearLimit rule's expression, joined with the exporter's volcano_pod_info, finds the job whose
-cache pod keeps its vGPU at ~97 % of its memory limit, in HAMi's names and in Volcano's monitor's.
+cache pod keeps its vGPU at ~97 % of its memory limit, in HAMi's names and in Volcano's monitor's; VolcanoGPUIdle's
+finds the idle card's job.
 """
 
 from __future__ import annotations
@@ -36,9 +37,9 @@ from volcano_monitor.watchdog.state.db.engine import make_engine
 from volcano_monitor.watchdog.state.gpu_idle import BUSY, IDLE
 
 BUDGET = 90.0
-MEMORY_RULE = next(rule["expr"] for group in yaml.safe_load((ROOT / "alerts" / "volcano-monitor.rules.yml")
-                                                              .read_text())["groups"]
-                   for rule in group["rules"] if rule.get("alert") == "VolcanoVGPUMemoryNearLimit")
+RULES = {rule["alert"]: rule["expr"] for group in yaml.safe_load((ROOT / "alerts" / "volcano-monitor.rules.yml")
+                                                                 .read_text())["groups"]
+         for rule in group["rules"] if "alert" in rule}
 SCRAPE = ("    honor_labels: true\n    metric_relabel_configs:\n      - source_labels: [__name__]\n"
           "        regex: (container_.*|DCGM_.*|vGPU_.*|Device_.*|hami_.*|Host.*)\n        action: keep\n")
 
@@ -130,8 +131,14 @@ def test_shared_card_usage_and_idle_from_the_scenarios(tmp_path: Path, scenario:
         poll("volcano_pod_info scraped", deadline,
              lambda: None if prom.query('volcano_pod_info{job_name=~"shared-infer.*"}') else "not yet")
         near = {(r["metric"]["namespace"], _job(r["metric"]["job_name"]), r["metric"]["queue"])
-                for r in prom.query(MEMORY_RULE)}
+                for r in prom.query(RULES["VolcanoVGPUMemoryNearLimit"])}
         assert near == {("default", "shared-infer", "gpu")}
+        # VolcanoGPUIdle's expression: the idle card's job only (HAMi: its own reading; Volcano: its card's), not
+        # the quarter-card pods nor the whole-card jobs. It needs the exporter's physical_gpu requests.
+        poll("physical_gpu requests scraped", deadline,
+             lambda: None if prom.query('volcano_pod_resource_requests{resource="physical_gpu"}') else "not yet")
+        idle_jobs = {_job(r["metric"]["job_name"]) for r in prom.query(RULES["VolcanoGPUIdle"])}
+        assert idle_jobs == {"notebook-idle"}
         # The ledger adds these up (the recorder is the watchdog's): shared-infer requests one physical GPU (four
         # quarters) and uses what card 0 did, ~70 % of it (servers ~20 % each, the cache ~10 %).
         def efficiency() -> str | None:
