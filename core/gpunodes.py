@@ -23,6 +23,7 @@ from volcano_monitor.core.gpufacts import (
     HAMI_NODE_REGISTER,
     VGPU_ALLOCATED,
     VGPU_COUNT,
+    VGPU_MEMORY,
     VGPU_NODE_REGISTER,
     as_map,
     note_problem,
@@ -91,22 +92,23 @@ def node_gpus(labels: Mapping[str, Any], annotations: Mapping[str, Any],
     by the default split of 10 when nothing else says it, counted as `node_without_annotations`)."""
     alloc = as_map(allocatable)
     gfd_cards = number(labels.get(GFD_COUNT))
-    gfd_memory = number(labels.get(GFD_MEMORY))
+    if gfd_cards is not None and gfd_cards < 0:
+        gfd_cards = None
+    gfd_memory = number(labels.get(GFD_MEMORY)) or 0.0
     product = labels.get(GFD_PRODUCT)
     product = product if isinstance(product, str) else ""
-    plugin, key, vgpus = "none", "", 0.0
     if VGPU_COUNT in alloc or VGPU_NODE_REGISTER in annotations:
         plugin, key, vgpus = "volcano-vgpu", VGPU_NODE_REGISTER, alloc.get(VGPU_COUNT, 0.0)
-    elif HAMI_NODE_REGISTER in annotations:
+    elif HAMI_NODE_REGISTER in annotations or any(k.startswith("hami.io/node-") for k in annotations):
         plugin, key, vgpus = "hami", HAMI_NODE_REGISTER, alloc.get(HAMI_COUNT, 0.0)
     elif any(name.endswith("/gpu") for name in alloc) or gfd_cards:
         whole = sum(v for name, v in alloc.items() if name.endswith("/gpu"))
-        cards = gfd_cards if gfd_cards is not None and gfd_cards >= 0 else whole
+        cards = gfd_cards if gfd_cards is not None else whole
         if gfd_cards and whole > gfd_cards:  # more GPUs offered than cards: a sharing plugin, unregistered
             note_problem("node_without_annotations", f"{whole:g} GPUs allocatable on {gfd_cards:g} cards and no "
-                                                 "device plugin annotation: cards from the GFD label")
-            return NodeGpus(cards, gfd_memory or 0.0, product, "hami", whole, "node_without_annotations")
-        return NodeGpus(cards, gfd_memory or 0.0, product, "whole", whole)
+                                                     "device plugin annotation: cards from the GFD label")
+            return NodeGpus(cards, gfd_memory, product, "hami", whole, "node_without_annotations")
+        return NodeGpus(cards, gfd_memory, product, "whole", whole)
     else:
         return NO_GPUS
     raw = annotations.get(key)
@@ -118,8 +120,11 @@ def node_gpus(labels: Mapping[str, Any], annotations: Mapping[str, Any],
     kind = "node_without_annotations" if raw is None else "bad_node_annotation"
     cards = gfd_cards if gfd_cards is not None else float(math.ceil(max(vgpus, 0.0) / DEFAULT_SPLIT))
     note_problem(kind, f"{key} missing or unreadable: {cards:g} cards assumed "
-                   f"({'GFD label' if gfd_cards is not None else f'{vgpus:g} vGPUs / {DEFAULT_SPLIT}'})")
-    return NodeGpus(float(cards), gfd_memory or 0.0, product, plugin, vgpus, kind)
+                       f"({'GFD label' if gfd_cards is not None else f'{vgpus:g} vGPUs / {DEFAULT_SPLIT}'})")
+    memory = gfd_memory
+    if not memory and cards > 0 and alloc.get(VGPU_MEMORY, 0.0) > 0:  # Volcano's plugin: all cards' MiB
+        memory = alloc[VGPU_MEMORY] / cards
+    return NodeGpus(float(cards), memory, product, plugin, vgpus, kind)
 
 
 @dataclass(frozen=True, slots=True)

@@ -232,9 +232,11 @@ def container_share(requests: Mapping[str, float] | Resources, limits: Mapping[s
     if any(get(n) is not None for n in VGPU):
         count = get(VGPU_COUNT)
         if count is None or count <= 0:
-            problems.append(note_problem("vgpu_without_count", f"{VGPU_MEMORY}/{VGPU_CORES} without a positive "
-                                                          f"{VGPU_COUNT}: one vGPU assumed (as Volcano does)"))
-            count = 1.0
+            # Volcano gives one vGPU to a container with vgpu-memory alone, none to cores or percentage alone
+            count = 1.0 if (get(VGPU_MEMORY) or 0) > 0 else 0.0
+            problems.append(note_problem("vgpu_without_count", f"Volcano vGPU resources without a positive "
+                                                               f"{VGPU_COUNT}: {count:g} vGPU assumed, as Volcano's "
+                                                               "scheduler does"))
         parts.append(_vgpu_share(count, get(VGPU_CORES), get(VGPU_MEMORY), get(VGPU_MEMORY_PERCENT),
                                  card_memory_mib, basis, (VGPU_CORES, VGPU_MEMORY, VGPU_MEMORY_PERCENT),
                                  "volcano-vgpu", problems))

@@ -17,7 +17,8 @@ from volcano_monitor.core.gpushare import (
     physical_gpus,
     share_problems,
 )
-from volcano_monitor.core.podrequests import res_from
+from volcano_monitor.core.model import parse_job, parse_pod
+from volcano_monitor.core.podrequests import res_dict, res_from
 from volcano_monitor.core.quantity import resource_label_and_unit
 
 
@@ -86,7 +87,8 @@ def test_whole_gpu_unchanged() -> None:
 
 
 @pytest.mark.parametrize(("req", "kind", "gpus"), [
-    ({"volcano.sh/vgpu-memory-percentage": 25}, "vgpu_without_count", 0.25),
+    ({"volcano.sh/vgpu-memory-percentage": 25}, "vgpu_without_count", 0.0),  # Volcano allocates nothing
+    ({"volcano.sh/vgpu-memory": 4096, "volcano.sh/vgpu-cores": 30}, "vgpu_without_count", 0.3),  # one vGPU
     ({"nvidia.com/gpumem-percentage": 50}, "vgpu_without_count", 0.5),
     ({"nvidia.com/gpu": 1, "nvidia.com/gpucores": 150, "nvidia.com/gpumem-percentage": 10},
      "percentage_over_100", 1.0),
@@ -152,3 +154,75 @@ def test_node_without_annotations() -> None:
     bad = node_gpus({}, {"hami.io/node-nvidia-register": "[{"}, {"nvidia.com/gpu": 20})
     assert (bad.cards, bad.problem) == (2.0, "bad_node_annotation")
     assert share_problems() == {"node_without_annotations": 2, "bad_node_annotation": 1}
+
+
+def test_node_memory_from_volcano_allocatable() -> None:
+    """Volcano's plugin also offers `volcano.sh/vgpu-memory`: the MiB of all its cards."""
+    n = node_gpus({"nvidia.com/gpu.count": "2"}, {}, {"volcano.sh/vgpu-number": 20, "volcano.sh/vgpu-memory": 49152})
+    assert (n.cards, n.memory_mib, n.problem) == (2.0, 24576.0, "node_without_annotations")
+
+
+def test_allocated_devices() -> None:
+    annotations = {"hami.io/vgpu-devices-allocated": "GPU-a,NVIDIA,3000,30:GPU-b,NVIDIA,3000,30:;GPU-c,NVIDIA,x,1:;"}
+    devices = gpushare.allocated_devices(annotations)
+    assert [(d.container, d.uuid, d.memory_mib, d.cores) for d in devices] == [
+        (0, "GPU-a", 3000.0, 30.0), (0, "GPU-b", 3000.0, 30.0)]
+    assert share_problems() == {"bad_pod_annotation": 1}
+    volcano = gpushare.allocated_devices({"volcano.sh/vgpu-ids-new": "GPU-v,NVIDIA,8192,25:"})
+    assert [(d.uuid, d.memory_mib) for d in volcano] == [("GPU-v", 8192.0)]
+    assert gpushare.allocated_devices({}) == ()
+
+
+def pod_raw(containers: list[dict[str, object]], node: str = "", **spec: object) -> dict[str, object]:
+    return {"metadata": {"name": "p", "namespace": "ml"}, "spec": {"containers": containers, "nodeName": node, **spec}}
+
+
+def ctr(limits: dict[str, str], name: str = "c", **extra: object) -> dict[str, object]:
+    return {"name": name, "resources": {"limits": limits}, **extra}
+
+
+def test_parse_pod_sums_containers_and_takes_the_init_maximum() -> None:
+    quarter = {"nvidia.com/gpu": "1", "nvidia.com/gpucores": "25", "nvidia.com/gpumem-percentage": "25"}
+    two = parse_pod(pod_raw([ctr(quarter, "a"), ctr(quarter, "b")]))
+    assert res_dict(two.requests)[PHYSICAL_GPU] == 0.5
+    assert res_dict(two.requests)["nvidia.com/gpucores"] == 50  # the raw sums stay as they were
+    init = parse_pod(pod_raw([ctr(quarter)], initContainers=[ctr({"nvidia.com/gpu": "2"}, "warm")]))
+    assert res_dict(init.requests)[PHYSICAL_GPU] == 2.0  # the init container runs alone with 2 cards
+    sidecar = parse_pod(pod_raw([ctr(quarter)], initContainers=[ctr(quarter, "side", restartPolicy="Always")]))
+    assert res_dict(sidecar.requests)[PHYSICAL_GPU] == 0.5
+    cpu = parse_pod(pod_raw([ctr({"cpu": "1"})]))
+    assert PHYSICAL_GPU not in res_dict(cpu.requests)
+
+
+def test_parse_pod_card_memory_lookup() -> None:
+    mib = {"nvidia.com/gpu": "1", "nvidia.com/gpumem": "10240"}
+    cards = {"n40": 40960.0, "n80": 81920.0}
+    on40 = parse_pod(pod_raw([ctr(mib)], node="n40"), card_memory=lambda node: cards.get(node, 0.0))
+    on80 = parse_pod(pod_raw([ctr(mib)], node="n80"), card_memory=lambda node: cards.get(node, 0.0))
+    assert (physical_gpus(on40.requests), physical_gpus(on80.requests)) == (0.25, 0.125)
+    unbound = parse_pod(pod_raw([ctr(mib)]), card_memory=lambda node: cards[node])  # not asked: no node
+    assert physical_gpus(unbound.requests) == 1.0
+    assert share_problems() == {"card_memory_unknown": 1}
+
+
+def test_memoised_pods_still_count_bad_input() -> None:
+    bad = pod_raw([ctr({"nvidia.com/gpu": "1", "nvidia.com/gpucores": "300"})])
+    for _ in range(3):
+        assert physical_gpus(parse_pod(bad).requests) == 1.0
+    assert share_problems() == {"percentage_over_100": 3}
+
+
+def test_job_tasks_keep_raw_requests_and_the_job_sums_cards() -> None:
+    """A task's per-replica request is compared with nodes' allocatable (a gang's largest pod must fit a
+    node), so the derived resource stays out of it; the job's total carries it."""
+    quarter = {"volcano.sh/vgpu-number": "1", "volcano.sh/vgpu-cores": "25", "volcano.sh/vgpu-memory-percentage": "25"}
+    raw = {"metadata": {"name": "j"}, "spec": {"tasks": [
+        {"name": "w", "replicas": 4, "template": {"spec": {"containers": [ctr(quarter)]}}},
+        {"name": "ps", "replicas": 1, "template": {"spec": {"containers": [ctr({"cpu": "2"})]}}}]}}
+    job = parse_job(raw)
+    assert [t.physical_gpus for t in job.tasks] == [0.25, 0.0]
+    assert PHYSICAL_GPU not in res_dict(job.tasks[0].requests)
+    assert res_dict(job.requests)[PHYSICAL_GPU] == 1.0
+    assert physical_gpus(job.requests) == 1.0
+    cpu_only = parse_job({"metadata": {"name": "c"}, "spec": {"tasks": [raw["spec"]["tasks"][1]]}})  # type: ignore[index]
+    assert PHYSICAL_GPU not in res_dict(cpu_only.requests)

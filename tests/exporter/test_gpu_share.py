@@ -119,11 +119,12 @@ def test_bad_input_is_counted_with_a_fallback_and_no_crash() -> None:
     assert set(share_problem_counts()) == set(gpushare.PROBLEM_KINDS)  # every kind, from 0
     assert set(share_problem_counts().values()) == {0.0}
     bad = [
-        pod("no-count", {"volcano.sh/vgpu-memory-percentage": "50"}),  # no vgpu-number: one vGPU
+        pod("no-count", {"volcano.sh/vgpu-memory": "8192"}),  # no vgpu-number: one vGPU, as Volcano does
         pod("over", {"nvidia.com/gpu": "1", "nvidia.com/gpucores": "150", "nvidia.com/gpumem-percentage": "10"}),
         pod("over-mem", {"volcano.sh/vgpu-number": "1", "volcano.sh/vgpu-memory-percentage": "400"}),
         pod("junk", {"nvidia.com/gpu": "1"}, {"hami.io/vgpu-devices-allocated": "GPU-1,NVIDIA,x"}),
     ]
+    gpushare.configure(card_memory_mib=16384)
     samples = scrape(bad)
     assert value(samples, POD, pod="no-count", resource="physical_gpu") == 0.5
     assert value(samples, POD, pod="over", resource="physical_gpu") == 1.0  # 150 % taken as 100 %
