@@ -327,7 +327,8 @@ def test_recommendations(engine: Engine, monkeypatch: pytest.MonkeyPatch) -> Non
                     ).replace("+00:00", "Z"), "last_sample_at": NOW.isoformat().replace("+00:00", "Z"),
                     "oom_bumped": False,  # the fields above are the first version's; those below were added
                     "status": "ok", "message": "", "cpu_limit_cores": None, "memory_limit_bytes": None,
-                    "capped_by": {}, "current_requests": None, "current_limits": None, "queue": "", "notes": []}]
+                    "capped_by": {}, "current_requests": None, "current_limits": None, "queue": "", "notes": [],
+                    "gpu_requests": {}}]
 
 
 def test_recommendations_below_min_confidence_say_why(engine: Engine) -> None:

@@ -10,7 +10,9 @@ minAvailable and tasks[*].replicas (`kubectl patch --local -f job.yaml` replaces
 Job's resources change by re-submitting it: merge `patch` into the Job's manifest by task and container
 name (the keys Kubernetes merges pod containers by), then create the Job.
 Below `min_confidence` a workload's containers are listed under `not_patched` with the reason, never
-patched; a container whose current limits are unknown gets requests only.
+patched; a container whose current limits are unknown gets requests only. GPUs are never in a patch (whole,
+HAMi or Volcano vGPU: see watchdog.findings.recommendations.policy): a container holding any is listed under
+`gpu_kept` with its GPU resources, which the merged patch leaves as they are; the table's note says "GPU kept".
 """
 
 from __future__ import annotations
@@ -87,6 +89,9 @@ def workload_patches(recommendations: Sequence[Recommendation]) -> list[dict[str
         capped = {f"{r.task}/{r.container}": dict(r.capped_by) for r in good if r.capped_by}
         if capped:
             doc["capped_by"] = capped
+        kept = {f"{r.task}/{r.container}": dict(r.gpu_requests) for r in recs if r.gpu_requests}
+        if kept:
+            doc["gpu_kept"] = kept
         skipped = {f"{r.task}/{r.container}": r.message for r in recs if not r.patchable}
         if skipped:
             doc["not_patched"] = skipped
@@ -109,7 +114,8 @@ def _rows(recommendations: Sequence[Recommendation]) -> list[tuple[str, ...]]:
              _limit(r, r.memory_limit_bytes, format_memory) if r.patchable else "-",
              f"{format_memory(r.memory_lower_bytes)}-{format_memory(r.memory_upper_bytes)}", f"{r.confidence:.2f}",
              str(r.samples), ",".join(f"{k}={v}" for k, v in sorted(r.capped_by.items())),
-             "; ".join(([r.message] if r.message else []) + (["OOM bump"] if r.oom_bumped else [])))
+             "; ".join(([r.message] if r.message else []) + (["OOM bump"] if r.oom_bumped else [])
+                       + (["GPU kept"] if r.gpu_requests else [])))
             for r in recommendations]
 
 

@@ -114,6 +114,7 @@ class Recommendation:
     current_limits: dict[str, float] | None = None
     queue: str = ""
     notes: list[str] = field(default_factory=list)
+    gpu_requests: dict[str, float] = field(default_factory=dict)  # kept as they are, never recommended
 
     @property
     def patchable(self) -> bool:
@@ -245,4 +246,5 @@ def finish(key: tuple[str, str, str, str], est: Estimate, settings: Recommendati
         status=OK if enough else NOT_ENOUGH_HISTORY, message="" if enough else history_text(samples, first, last),
         cpu_limit_cores=limits["cpu"], memory_limit_bytes=limits["memory"], capped_by=capped,
         current_requests=spec.requests if spec is not None else None,
-        current_limits=spec.limits if spec is not None else None, queue=queue, notes=notes)
+        current_limits=spec.limits if spec is not None else None, queue=queue, notes=notes,
+        gpu_requests=dict(spec.gpu_requests) if spec is not None else {})

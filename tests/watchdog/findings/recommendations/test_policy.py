@@ -16,7 +16,7 @@ from volcano_monitor.core.kube.informer import ADDED
 from volcano_monitor.core.model import parse_node, parse_podgroup, parse_queue
 from volcano_monitor.watchdog.config import ConfigError, load
 from volcano_monitor.watchdog.findings.recommendations.formulas import Estimate
-from volcano_monitor.watchdog.findings.recommendations.output import workload_patches
+from volcano_monitor.watchdog.findings.recommendations.output import render, workload_patches
 from volcano_monitor.watchdog.findings.recommendations.policy import (
     NOT_ENOUGH_HISTORY,
     OK,
@@ -205,10 +205,14 @@ def test_a_vgpu_container_gets_cpu_and_memory_only_and_says_its_share_is_kept() 
         note = [n for n in rec.notes if n.startswith("GPUs not recommended")]
         assert len(note) == 1 and "a vGPU share of a card" in note[0]
         assert all(name in note[0] for name in gpus)
-        container = workload_patches([rec])[0]["patch"]["spec"]["tasks"][0]["template"]["spec"]["containers"][0]
+        doc = workload_patches([rec])[0]
+        container = doc["patch"]["spec"]["tasks"][0]["template"]["spec"]["containers"][0]
         assert {name for part in container["resources"].values() for name in part} == {"cpu", "memory"}
+        assert doc["gpu_kept"] == {"worker/main": gpus}
+        assert "GPU kept" in render([rec], "table") and "GPU kept" in render([rec], "csv")
     whole = done(spec=ContainerSpec("q", {"cpu": 2.0}, {}, gpu_requests={"nvidia.com/gpu": 8.0}))
     assert "GPUs not recommended, kept as requested (nvidia.com/gpu=8): cpu and memory only" in whole.notes
-    assert not [n for n in done(spec=ContainerSpec("q", {"cpu": 2.0})).notes if "GPU" in n]
+    cpu_only = done(spec=ContainerSpec("q", {"cpu": 2.0}))
+    assert not [n for n in cpu_only.notes if "GPU" in n] and "gpu_kept" not in workload_patches([cpu_only])[0]
     # a spec stored before GPU requests were kept reads as none
     assert ContainerSpec.from_json({"queue": "q", "requests": {"cpu": 1.0}}) == ContainerSpec("q", {"cpu": 1.0})
