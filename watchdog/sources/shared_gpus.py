@@ -100,12 +100,13 @@ def from_hami(devices: Mapping[DeviceKey, float], shares: ShareLookup | None) ->
 
 def from_dcgm(cards: Mapping[DeviceKey, float], shares: ShareLookup | None) -> dict[Key, GpuUse]:
     """Per container, from DCGM's utilisation per (container, card) in percent of the card, split over the
-    card's pods when the card is shared. With `shares`, a pod they do not know (not a Volcano pod holding GPUs:
-    e.g. the DCGM exporter's own pod, whose target labels an unmapped card carries when scraped with
-    honorLabels) is left out: it would take a part of the card no job holds."""
+    card's pods when the card is shared. With `shares`, a pod they do not know (not a Volcano pod: e.g. the DCGM
+    exporter's own pod, whose target labels an unmapped card carries when scraped with honorLabels) is left
+    out: it would take a part of the card no job holds. A known pod without a physical share (a GPU resource
+    core.gpushare does not count, e.g. a MIG slice) reads its cards as whole, as before shares existed."""
     pairs: dict[Key, dict[str, float]] = defaultdict(dict)  # container -> card -> utilisation
     for (namespace, pod, container, *rest), value in cards.items():
-        if shares is not None and _share(shares, namespace, pod) is None:
+        if shares is not None and shares(namespace, pod) is None:
             continue
         uuid = rest[0] if rest and rest[0] else f"\x00{namespace}/{pod}/{container}"  # no card named: its own
         pairs[(namespace, pod, container)][uuid] = min(value, 100.0)

@@ -34,14 +34,14 @@ def test_a_pod_on_two_shared_cards_and_a_whole_card_pod() -> None:
 
 
 def test_bad_inputs_are_bounded() -> None:
-    # with the caches' shares, a pod holding 0 GPUs or a negative amount is no GPU pod and one they do not know is
-    # left out of DCGM's split; without them, a series naming no card is its own card and over 100 reads 100
+    # over 100 reads 100; a series naming no card is its own card; a known pod with a share of 0 or below (a
+    # GPU resource not counted as cards) reads whole; a pod the caches do not know is left out of the split
     uses = from_dcgm({(NS, "a", "main", ""): 250.0, (NS, "b", "main", "GPU-1"): 50.0,
                       (NS, "ghost", "main", "GPU-1"): 50.0},
                      _shares({"a": 0.0, "b": -1.0}))
-    assert uses == {}  # a and b are "unknown" with shares (0, negative) and ghost is unknown: no GPU pod
-    uses = from_dcgm({(NS, "a", "main", ""): 250.0, (NS, "b", "main", ""): 30.0}, None)
-    assert uses == {(NS, "a", "main"): GpuUse(100.0, 1.0), (NS, "b", "main"): GpuUse(30.0, 1.0)}
+    assert uses == {(NS, "a", "main"): GpuUse(100.0, 1.0), (NS, "b", "main"): GpuUse(50.0, 1.0)}
+    uses = from_dcgm({(NS, "a", "main", ""): 30.0, (NS, "ghost", "main", ""): 30.0}, None)
+    assert uses == {(NS, "a", "main"): GpuUse(30.0, 1.0), (NS, "ghost", "main"): GpuUse(30.0, 1.0)}
     hami = from_hami({(NS, "h", "main", "GPU-1"): 180.0}, _shares({"h": 0.25}))
     assert hami == {(NS, "h", "main"): GpuUse(100.0, 1.0, True)}  # 100 % of a card, more than its quarter
 
