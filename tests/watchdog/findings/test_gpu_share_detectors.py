@@ -156,3 +156,23 @@ def test_gpu_idle_fires_for_quarter_pods_whose_shares_are_idle(engine: Engine) -
         signals = GpuIdleDetector(settings, tracker, lambda: live).check(session, datetime.now(UTC))
     assert [(s.kind, s.job_name) for s in signals] == [(GPU_IDLE, "infer")]
     assert signals[0].details["gpu_pods"] == 4
+
+
+def test_a_node_is_read_once_per_change_so_its_bad_input_is_counted_once() -> None:
+    """Node status heartbeats (same labels and allocatable) do not read the node again: a vGPU node without
+    the device plugin's annotation or GFD's count is counted when it appears and when its GPUs change."""
+    reset_problems()
+    table = NodeTable()
+    unlabelled = hami_node("v2", cards=2, labels=False, resource="volcano.sh/vgpu-number")
+    for _ in range(5):
+        table.on_node("MODIFIED", unlabelled)
+    gpus = table.gpus("v2")
+    assert gpus is not None and gpus.cards == 2 and share_problems().get("node_without_annotations") == 1
+    table.on_node("MODIFIED", hami_node("v2", cards=3, labels=False, resource="volcano.sh/vgpu-number"))
+    gpus = table.gpus("v2")
+    assert gpus is not None and gpus.cards == 3 and share_problems().get("node_without_annotations") == 2
+    assert table.card_memory_mib("v2") is None  # no label, no annotation: the card's memory is not known
+    table.on_node("MODIFIED", hami_node("v2", cards=3))
+    assert table.card_memory_mib("v2") == 40960 and table.card_memories() == {"v2": 40960}
+    table.on_node("DELETED", unlabelled)
+    assert table.gpus("v2") is None and table.card_memory_mib("v2") is None
