@@ -33,17 +33,21 @@ def gpu_count(resources: Resources) -> float:
 _MIB_VGPUS = (("nvidia.com/gpu", "nvidia.com/gpumem"), ("volcano.sh/vgpu-number", "volcano.sh/vgpu-memory"))
 
 
-def pod_gpus(pod: Pod, card_memory_mib: float | None = None) -> float:
-    """The pod's physical GPUs; with the memory of the cards of its node, a pod holding one vGPU whose memory
-    is asked in MiB (`nvidia.com/gpumem`, `volcano.sh/vgpu-memory`) is read again against that card: parsed
-    without its node, its memory share could only be guessed (`core.gpushare.container_share`). Only for
-    one vGPU: the pod's requests are summed over its containers, and with several vGPUs the MiB per vGPU
-    cannot be told apart again."""
+def pod_gpus(pod: Pod, card_memory: Callable[[str], float | None] | None = None) -> float:
+    """The pod's physical GPUs; with the memory of the cards of its node (`card_memory`: node name -> MiB,
+    None unknown), a pod holding one vGPU whose memory is asked in MiB (`nvidia.com/gpumem`,
+    `volcano.sh/vgpu-memory`) is read again against that card: parsed without its node, its memory share
+    could only be guessed (`core.gpushare.container_share`). Only for one vGPU: the pod's requests are summed
+    over its containers, and with several vGPUs the MiB per vGPU cannot be told apart again. The node is
+    asked only for such a pod."""
     requests = pod.requests
-    if card_memory_mib and card_memory_mib > 0:
+    if card_memory is not None and pod.node_name:
         for count, memory in _MIB_VGPUS:
             if res_get(requests, memory) > 0 and res_get(requests, count) == 1:
-                return container_share(requests, pod.limits, card_memory_mib=card_memory_mib).gpus
+                card = card_memory(pod.node_name)
+                if card is not None and card > 0:
+                    return container_share(requests, pod.limits, card_memory_mib=card).gpus
+                break
     return physical_gpus(requests)
 
 
@@ -188,7 +192,6 @@ class ClusterIndex:
             if not queue and group is not None:
                 queue = group.queue
             labelled = self.pod_workloads.get((namespace, pod)) or self.job_workloads.get((namespace, job_name))
-        card = self.card_memory(view.node_name) if self.card_memory is not None and view.node_name else None
         return PodInfo(
             job_uid=job_uid,
             job_name=job_name,
@@ -199,7 +202,7 @@ class ClusterIndex:
             phase=view.phase,
             cpu_request_cores=res_get(view.requests, "cpu"),
             memory_request_bytes=res_get(view.requests, "memory"),
-            gpus=pod_gpus(view, card),
+            gpus=pod_gpus(view, self.card_memory),
             node=view.node_name,
             gpu_resource=gpu_resource(view.requests),
         )

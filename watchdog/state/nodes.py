@@ -237,7 +237,7 @@ def _node_pod(pod: Pod, group: PodGroup | None, job: Job | None,
     return NodePod(pod.namespace, pod.name, pod.queue or (group.queue if group is not None else ""),
                    pod.job_name or (group.owner_name if group is not None else ""), priority,
                    res_get(pod.requests, "cpu"), res_get(pod.requests, "memory"),
-                   pod_gpus(pod, card_memory_mib))
+                   pod_gpus(pod, lambda _: card_memory_mib))
 
 
 def pods_by_node(index: ClusterIndex) -> dict[str, list[NodePod]]:
