@@ -5,12 +5,15 @@ from __future__ import annotations
 
 import copy
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 import pytest
 
 from tests.exporter import objects
+from tests.exporter.harness import start_exporter
 from tests.exporter.scrape import parse, select, value
+from tests.simtools import FakeClock
 from volcano_monitor.core import gpushare
 from volcano_monitor.core.model import parse_job
 from volcano_monitor.exporter import selfmetrics
@@ -18,6 +21,8 @@ from volcano_monitor.exporter.app import pod_transform
 from volcano_monitor.exporter.cardinality import DEFAULTS
 from volcano_monitor.exporter.cli import parse_args
 from volcano_monitor.exporter.store import ExporterStore
+from volcano_monitor.simulator import vgpu_scenarios as vs
+from volcano_monitor.simulator.runtime import SimulatorThread
 
 POD = "volcano_pod_resource_requests"
 JOB = "volcano_job_resource_requests"
@@ -153,3 +158,43 @@ def test_env_basis_is_checked(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("VOLCANO_EXPORTER_GPU_SHARE_BASIS", "median")
     with pytest.raises(SystemExit):
         parse_args([])
+
+
+# ---- end to end: the exporter against the simulator's API server playing vgpu-hami / vgpu-volcano ---------
+
+@pytest.mark.parametrize("scenario", ["vgpu-hami", "vgpu-volcano"])
+@pytest.mark.parametrize("card_mib", [0, vs.CARD_MIB])
+def test_exporter_counts_the_shared_scenarios_in_cards(scenario: str, card_mib: int, tmp_path: Path) -> None:
+    """Four pods at 25 % of one card are 1.0 in the pods' and the job's physical_gpu, on both device plugins;
+    every job matches the scenario's hand-computed physical GPUs. Without the card size the shared pods
+    (MiB and 25 % cores) count their cores share and the idle notebook (a whole card's MiB) whole cards."""
+    gpushare.configure(card_memory_mib=card_mib)
+    clock = FakeClock(1_800_000_000.0)
+    sim = SimulatorThread(scenario=scenario, auto_tick=False, clock=clock).start()
+    exporter = None
+    try:
+        for _ in range(24):  # two scenario minutes: everything placed, the gang waiting
+            clock.t += 5
+            sim.tick()
+        exporter = start_exporter(sim, tmp_path)
+        samples = parse(exporter.scrape())
+    finally:
+        if exporter is not None:
+            exporter.stop()
+        sim.stop()
+
+    def job_of(labels: frozenset[tuple[str, str]]) -> str:
+        return dict(labels)["job_name"].rsplit("-", 1)[0]
+
+    pods: dict[str, list[float]] = {}
+    for labels, v in select(samples, POD, resource="physical_gpu", unit="gpu").items():
+        pods.setdefault(job_of(labels), []).append(v)
+    assert sorted(pods[vs.SHARED_JOB]) == [0.25] * 4
+    assert {job: sum(v) for job, v in pods.items()} == pytest.approx(dict(vs.PHYSICAL_GPUS))
+    jobs = {job_of(labels): v for labels, v in select(samples, JOB, resource="physical_gpu").items()}
+    assert jobs == pytest.approx(dict(vs.PHYSICAL_GPUS))
+    raw = "nvidia_com_gpu" if scenario == "vgpu-hami" else "volcano_sh_vgpu_number"
+    vgpus: dict[str, float] = {}
+    for labels, v in select(samples, POD, resource=raw).items():
+        vgpus[job_of(labels)] = vgpus.get(job_of(labels), 0.0) + v
+    assert vgpus == pytest.approx(dict(vs.VGPUS))  # the raw vGPU counts are still served beside
