@@ -185,7 +185,7 @@ def _vgpu_share(count: float, cores: float | None, memory_mib: float | None, mem
             how = "memory_unknown_card"
     else:
         mem_share = _percent(memory_pct, pct_name, problems)
-        if mem_share is not None:
+        if mem_share:  # 0 % is "not asked" to both plugins (HAMi: it would mean no limit at all)
             how = "memory_percentage"
         else:  # both plugins give the whole card's memory when neither is asked for
             mem_share, how = 1.0, "memory_default_whole"

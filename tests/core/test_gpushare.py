@@ -80,6 +80,11 @@ def test_volcano_vgpu_in_limits_only() -> None:
     assert (r.gpus, r.plugin) == (1.0, "volcano-vgpu")
 
 
+def test_zero_percent_memory_is_not_asked() -> None:
+    r = container_share({"nvidia.com/gpu": 1, "nvidia.com/gpumem-percentage": 0, "nvidia.com/gpucores": 10})
+    assert (r.gpus, r.assumption, r.problem) == (1.0, "memory_default_whole", "")
+
+
 def test_whole_gpu_unchanged() -> None:
     r = container_share({"cpu": 8, "nvidia.com/gpu": 4})
     assert (r.gpus, r.plugin, r.assumption) == (4.0, "whole", "whole")
