@@ -19,7 +19,7 @@ name this module for every view.
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from volcano_monitor.core.fields import (
@@ -37,6 +37,7 @@ from volcano_monitor.core.fields import (
     string_map,
     timestamp,
 )
+from volcano_monitor.core.gpufacts import HAMI_NODE_REGISTER, VGPU_NODE_REGISTER
 from volcano_monitor.core.jobview import JOB_TERMINAL_PHASES, Job, Task, parse_job
 from volcano_monitor.core.kinds import NetworkTopology, SubGroup, parse_podgroup_topology
 from volcano_monitor.core.podrequests import (
@@ -271,6 +272,16 @@ class Node:
     unschedulable: bool
     taints: int
     problems: tuple[str, ...] = ()
+    # Only the GPU device plugins' register annotations (core/gpufacts.py): a node's other annotations are
+    # large (kubeadm, CNI, volumes) and read by nothing here.
+    annotations: Mapping[str, str] = field(default_factory=dict)
+
+
+NODE_REGISTER_KEYS = (HAMI_NODE_REGISTER, VGPU_NODE_REGISTER)
+
+
+def _register_annotations(annotations: Mapping[str, Any]) -> dict[str, str]:
+    return {key: value for key in NODE_REGISTER_KEYS if type(value := annotations.get(key)) is str}
 
 
 def parse_node(raw: object) -> Node:
@@ -298,4 +309,5 @@ def parse_node(raw: object) -> Node:
         unschedulable=boolean(spec, "unschedulable", "spec.", probs) or False,
         taints=len(arr(spec, "taints", "spec.", probs)),
         problems=tuple(probs),
+        annotations=_register_annotations(obj(md, "annotations", "metadata.", probs)),
     )

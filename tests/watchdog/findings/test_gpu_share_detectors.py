@@ -4,6 +4,7 @@ simply free (idle, usable) when they do not; JobIdle and NodeHot speak of shares
 
 from __future__ import annotations
 
+import json
 import time
 from datetime import UTC, datetime, timedelta
 from typing import Any
@@ -176,3 +177,23 @@ def test_a_node_is_read_once_per_change_so_its_bad_input_is_counted_once() -> No
     assert table.card_memory_mib("v2") == 40960 and table.card_memories() == {"v2": 40960}
     table.on_node("DELETED", unlabelled)
     assert table.gpus("v2") is None and table.card_memory_mib("v2") is None
+
+
+@pytest.mark.parametrize("key", ["hami.io/node-nvidia-register", "volcano.sh/node-vgpu-register"])
+def test_a_node_without_gpu_feature_discovery_counts_the_cards_its_register_annotation_lists(key: str) -> None:
+    """The Node view keeps the device plugins' register annotations (and no other), so a node whose
+    allocatable offers 40 vGPUs but whose plugin registered 3 cards has 3, not 40 nor 40 / 10."""
+    reset_problems()
+    devices = [{"id": f"GPU-{i}", "count": 10, "devmem": 40960, "devcore": 100, "type": "NVIDIA-A100-SXM4-40GB",
+                "health": True} for i in range(3)]
+    resource = "nvidia.com/gpu" if key.startswith("hami") else "volcano.sh/vgpu-number"
+    allocatable = {"cpu": "16", "memory": "64Gi", resource: "40"}
+    node = parse_node({"metadata": {"name": "r1", "uid": "uid-r1", "annotations": {
+        key: json.dumps(devices), "kubeadm.alpha.kubernetes.io/cri-socket": "unix:///run/containerd.sock"}},
+        "status": {"allocatable": allocatable, "capacity": allocatable}})
+    assert dict(node.annotations) == {key: json.dumps(devices)}  # only the register annotation is kept
+    table = NodeTable()
+    table.on_node("ADDED", node)
+    gpus = table.gpus("r1")
+    assert gpus is not None and gpus.cards == 3 and gpus.memory_mib == 40960
+    assert share_problems().get("node_without_annotations", 0) == 0
