@@ -132,7 +132,7 @@ class TopologyView:
         self.nodes, self.hypernodes, self.index, self.shape = nodes, hypernodes, index, shape
         self.clock, self.ttl_seconds, self.leading = clock, ttl_seconds, leading
         self._lock = threading.Lock()
-        self._pods = NodePodCache()
+        self._pods = NodePodCache(nodes.card_memories)  # MiB-only vGPU pods count their card's share
         self._last: Snapshot | None = None
         self._tree_key: tuple[int, frozenset[tuple[str, tuple[tuple[str, str], ...]]]] | None = None
         self._tree: Tree | None = None

@@ -219,3 +219,23 @@ def test_the_gang_is_counted_from_its_pods_physical_gpus(engine: Engine) -> None
     cluster.watchdog.apply([("podgroups", MODIFIED, parse_podgroup(group))], [])
     cluster.now += 11
     assert cluster.why()["reason"] == "unschedulable"
+
+
+def test_a_vgpu_pod_asking_memory_in_mib_holds_its_share_of_the_nodes_card(engine: Engine) -> None:
+    """Free GPUs read a MiB-only vGPU request against the card memory of the node it runs on (GPU feature
+    discovery's label): 10 GiB of a 40 GiB card is a quarter, not the whole card of the no-node fallback."""
+    cluster = Cluster(engine, ttl=0)
+    job, group = topology_gang()
+    cluster.start(POOL, job, group)
+    raw = node(1)
+    labelled = parse_node({"metadata": {"name": "n1", "uid": "uid-n1", "labels": {
+        **raw.labels, "nvidia.com/gpu.count": "8", "nvidia.com/gpu.memory": "40960"}},
+        "status": {"allocatable": dict(raw.allocatable), "capacity": dict(raw.allocatable),
+                   "conditions": [{"type": "Ready", "status": "True"}]}})
+    cluster.watchdog.nodes.on_node(MODIFIED, labelled)
+    vgpu = pod("infer-0", "n1", "1", "1Gi", 0)
+    vgpu["spec"]["containers"][0]["resources"]["limits"] = {"volcano.sh/vgpu-number": "1",
+                                                            "volcano.sh/vgpu-memory": "10240"}
+    cluster.watchdog.apply([("pods", ADDED, cluster.watchdog.pod_view(vgpu))], [])
+    cluster.now += 1
+    assert cluster.metrics()[free("r1", 1)] == pytest.approx(3.75)
