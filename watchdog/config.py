@@ -31,6 +31,7 @@ from volcano_monitor.watchdog.findings.recommendations.settings import Recommend
 from volcano_monitor.watchdog.runtime.settings import LeaderElection, Retention
 from volcano_monitor.watchdog.sources.settings import Sources
 from volcano_monitor.watchdog.state.cost_settings import Costs
+from volcano_monitor.watchdog.views.auth_settings import AuthSettings
 from volcano_monitor.watchdog.views.report.settings import Reports
 
 ENV_PREFIX = "VOLCANO_WATCHDOG_"
@@ -70,6 +71,7 @@ class Settings(Section):
     reports: Reports = Reports()
     gpu_idle: GpuIdleSettings = GpuIdleSettings()
     costs: Costs = Costs()
+    auth: AuthSettings = AuthSettings()
 
     @model_validator(mode="after")
     def _idle_window_holds_rollups(self) -> Settings:

@@ -16,7 +16,7 @@ import hashlib
 import threading
 import time
 from collections import OrderedDict
-from collections.abc import Callable
+from collections.abc import Callable, Set
 from dataclasses import dataclass
 from typing import Any, Generic, TypeVar
 
@@ -24,7 +24,22 @@ from kubernetes import client
 
 from volcano_monitor.core.kube.rest import ApiUnavailable, request_json, to_object
 
-__all__ = ["Identity", "ReviewUnavailable", "Reviews", "TtlCache", "token_key"]
+__all__ = ["Identity", "ReviewUnavailable", "Reviews", "Scope", "TtlCache", "every_namespace", "token_key", "visible"]
+
+# The namespaces a caller may see: None is every one (auth.mode token, or a caller allowed cluster-wide). The
+# watchdog's routes in every layer take it as a FastAPI dependency they are handed (`every_namespace` unless
+# the views give them theirs), so the type lives here, below all of them.
+Scope = Set[str] | None
+
+
+def every_namespace() -> Scope:
+    """The scope of auth.mode token: everything, at no cost."""
+    return None
+
+
+def visible(scope: Scope, namespace: str | None) -> bool:
+    """Whether an item of `namespace` may be shown (one of no namespace only to a cluster-wide caller)."""
+    return scope is None or (bool(namespace) and namespace in scope)
 
 TOKEN_REVIEWS = "/apis/authentication.k8s.io/v1/tokenreviews"
 ACCESS_REVIEWS = "/apis/authorization.k8s.io/v1/subjectaccessreviews"

@@ -16,9 +16,10 @@ from collections.abc import Callable
 from datetime import UTC, datetime
 from typing import Annotated
 
-from fastapi import APIRouter, HTTPException, Path
+from fastapi import APIRouter, Depends, HTTPException, Path
 from pydantic import BaseModel
 
+from volcano_monitor.core.kube.reviews import Scope, every_namespace, visible
 from volcano_monitor.core.model import res_dict
 from volcano_monitor.core.pending import REASONS
 from volcano_monitor.watchdog.findings.estimates import Estimate
@@ -123,19 +124,22 @@ def why_out(found: WhyPending, expected: Estimate | None = None) -> WhyOut:
 
 
 def why_router(explain: Explain, synced: Callable[[], bool] = lambda: True,
-               expected: Expected = no_estimate) -> APIRouter:
+               expected: Expected = no_estimate, scope: Callable[..., Scope] = every_namespace) -> APIRouter:
     """`synced`: the index holds every informer's first list (`Watchdog.index_synced`). Before, a job's queue
     may not be known yet and would read as `queue_missing`: the route answers 503 instead. `expected`: the
-    last estimate of a waiting job's start (`ExpectedStarts.get`)."""
+    last estimate of a waiting job's start (`ExpectedStarts.get`). `scope`: the namespaces the caller may see
+    (auth.mode kubernetes); another namespace's job is a 404, as if it did not exist."""
     router = APIRouter(tags=["jobs"])
+    scoped = Depends(scope)
 
     @router.get("/api/v1/jobs/{uid}/why", response_model=WhyOut, description=DESCRIPTION,
                 responses={404: {"model": ErrorOut}, 503: {"model": ErrorOut}})
-    def why_pending(uid: Annotated[str, Path(max_length=64, pattern=r"^[^\x00]*$")]) -> WhyOut:
+    def why_pending(uid: Annotated[str, Path(max_length=64, pattern=r"^[^\x00]*$")],
+                    allowed: Scope = scoped) -> WhyOut:
         if not synced():
             raise HTTPException(503, "the watchdog's informers have not synced yet")
         found = explain(uid)
-        if found is None:
+        if found is None or not visible(allowed, found.namespace):
             raise HTTPException(404, "no such live job or podgroup")
         return why_out(found, expected(found.namespace, found.job_name) if found.explanation is not None else None)
 

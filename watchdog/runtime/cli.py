@@ -136,6 +136,7 @@ def run_watchdog(settings: Settings) -> int:
     from volcano_monitor.core import memory
     from volcano_monitor.core.kube.config import api_client
     from volcano_monitor.core.kube.leaderelection import make_leader
+    from volcano_monitor.core.kube.reviews import Reviews
     from volcano_monitor.watchdog.actions.capability.api import capability_router
     from volcano_monitor.watchdog.actions.capability.controller import CapabilityController
     from volcano_monitor.watchdog.actions.capability.metrics import render_capability_metrics
@@ -150,6 +151,7 @@ def run_watchdog(settings: Settings) -> int:
     from volcano_monitor.watchdog.views.api import create_app
     from volcano_monitor.watchdog.views.health import CollectorHealth, Health, QueueView
     from volcano_monitor.watchdog.views.report.digest import DigestScheduler
+    from volcano_monitor.watchdog.views.tenancy import Tenancy
 
     memory.tune_allocator()  # before any thread starts (see core/memory.py)
     host, port = host_port(settings.listen)
@@ -227,15 +229,19 @@ def run_watchdog(settings: Settings) -> int:
     digests = DigestScheduler(settings.reports, engine, leader, settings.notifications.api_url,
                               wake=watchdog.notifier.wake,
                               identity=settings.leader_election.identity or socket.gethostname())
-    app = create_app(engine, settings, health, queues=queues, outbox=watchdog.outbox,
+    auth = settings.auth  # who may read what: tokens, or each caller's own RBAC (docs/auth.md)
+    reviews = Reviews(api, ttl=auth.cache_ttl_seconds, verb=auth.verb, group=auth.group, resource=auth.resource,
+                      timeout=auth.review_timeout_seconds) if auth.mode == "kubernetes" else None
+    tenancy = Tenancy(auth, reviews, engine)
+    app = create_app(engine, settings, health, queues=queues, outbox=watchdog.outbox, tenancy=tenancy,
                      wake_notifier=watchdog.notifier.wake, request_made=watchdog.request_made,
                      why=watchdog.topology.why,
                      expected=expected.get,
-                     routers=[why_router(watchdog.topology.why, watchdog.index_synced, expected.get),
+                     routers=[why_router(watchdog.topology.why, watchdog.index_synced, expected.get, tenancy.scope),
                               gpu_idle_router(engine, settings.gpu_idle, watchdog.gpu_idle.snapshot,
-                                              leader.is_leader),
-                              *([capability_router(engine, capability)] if capability else []),
-                              oom_router(engine)])
+                                              leader.is_leader, tenancy.scope),
+                              *([capability_router(engine, capability, tenancy.cluster_wide)] if capability else []),
+                              oom_router(engine, tenancy.scope)])
     log.info("serving the API on %s:%d (database %s)", host, port, display_url(engine))
     server = QuietServer(uvicorn.Config(app, host=host, port=port, log_level="warning", access_log=False))
     for sig in (signal.SIGINT, signal.SIGTERM):  # stop serving, then flush what the worker holds

@@ -24,6 +24,7 @@ from sqlalchemy import ColumnElement, Engine, func, select
 from sqlalchemy.exc import SQLAlchemyError
 from sqlalchemy.orm import Session
 
+from volcano_monitor.core.kube.reviews import Scope, visible
 from volcano_monitor.watchdog.actions.notify.api import add_notification_routes
 from volcano_monitor.watchdog.actions.notify.outbox import Outbox
 from volcano_monitor.watchdog.config import Settings
@@ -59,6 +60,7 @@ from volcano_monitor.watchdog.views.schema import (
     queue_usage,
     ratio_or_none,
 )
+from volcano_monitor.watchdog.views.tenancy import Tenancy, check_reads_scoped
 
 log = logging.getLogger(__name__)
 
@@ -104,15 +106,20 @@ def create_app(engine: Engine, settings: Settings, health: Health, clock: Callab
                outbox: Outbox | None = None, wake_notifier: Callable[[], None] = lambda: None,
                routers: Sequence[APIRouter] = (), request_made: Callable[[], None] = lambda: None,
                request_wait_seconds: float = 5.0, why: Explain = lambda uid: None,
-               expected: Expected = no_estimate) -> FastAPI:
+               expected: Expected = no_estimate, tenancy: Tenancy | None = None) -> FastAPI:
     """The watchdog's HTTP app. `outbox`: notifications (the Alertmanager receiver, silences, the
     outbox); `wake_notifier` is called when the receiver enqueued something; `routers`: more read-only
     routes (queue capability); `request_made` tells this replica's worker that a request was stored; `why`:
     a live job's explanation and queue place (`ClusterIndex.why`), and `expected` its expected start
-    (`ExpectedStarts.get`), for the job page."""
+    (`ExpectedStarts.get`), for the job page; `tenancy`: who may read what (auth.mode; default token, and
+    the `routers` must take its `scope` then too: `check_reads_scoped` refuses an app where a read does not)."""
     app = FastAPI(title="volcano-watchdog", version="1",
                   description="Alerts, the job ledger, request recommendations and queue usage of a Volcano cluster.")
     app.add_middleware(JsonBodies)
+    tenancy = tenancy or Tenancy(settings.auth)
+    # A default, not an Annotated alias: with postponed annotations FastAPI resolves those in the module's
+    # globals, where this app's tenancy is not.
+    scoped = Depends(tenancy.scope)
     require_token = token_guard(settings)
     writes = APIRouter(dependencies=[Depends(require_token)], responses=AUTH_RESPONSES)
     cache = recommendation_cache(settings.recommendations, recommendation_ttl_seconds)
@@ -139,19 +146,22 @@ def create_app(engine: Engine, settings: Settings, health: Health, clock: Callab
 
     @app.get("/metrics", response_class=Response, tags=["health"],
              responses={200: {"content": {CONTENT_TYPE: {}}, "description": "Prometheus text format 0.0.4."}})
-    def metrics(session: Db) -> Response:
+    def metrics(session: Db) -> Response:  # open in every auth.mode: Prometheus scrapes it (docs/auth.md)
         now = clock()
         return Response(render_metrics(session, health, now, cache.get(session, now), settings.costs,
                                        cost_cache.get(session, now)), media_type=CONTENT_TYPE)
 
     @app.get("/api/v1/alerts", response_model=AlertPage, tags=["alerts"])
-    def list_alerts(session: Db, state: Literal["pending", "firing", "resolved"] | None = None, kind: Text = None,
+    def list_alerts(session: Db, allowed: Scope = scoped, state: Literal["pending", "firing", "resolved"] | None = None,
+                    kind: Text = None,
                     namespace: Text = None, queue: Text = None, severity: Text = None, limit: Limit = 100,
                     offset: Offset = 0) -> AlertPage:
         """Alerts, newest first (by when the episode started)."""
         where: list[ColumnElement[bool]] = [column == value for column, value in (
             (Alert.state, state), (Alert.kind, kind), (Alert.namespace, namespace), (Alert.queue, queue),
             (Alert.severity, severity)) if value is not None]
+        if allowed is not None:
+            where.append(Alert.namespace.in_(allowed))
         total = session.execute(select(func.count()).select_from(Alert).where(*where)).scalar_one()
         rows = session.scalars(select(Alert).where(*where).order_by(Alert.started_at.desc(), Alert.id.desc())
                                .limit(limit).offset(offset))
@@ -159,9 +169,9 @@ def create_app(engine: Engine, settings: Settings, health: Health, clock: Callab
 
     @app.get("/api/v1/alerts/{alert_id}", response_model=AlertOut, tags=["alerts"],
              responses={404: {"model": ErrorOut}})
-    def get_alert(session: Db, alert_id: AlertId) -> AlertOut:
+    def get_alert(session: Db, alert_id: AlertId, allowed: Scope = scoped) -> AlertOut:
         row = session.get(Alert, alert_id)
-        if row is None:
+        if row is None or not visible(allowed, row.namespace):  # another team's: as if it did not exist
             raise HTTPException(404, "no such alert")
         return AlertOut.model_validate(row)
 
@@ -188,13 +198,16 @@ def create_app(engine: Engine, settings: Settings, health: Health, clock: Callab
             return AlertOut.model_validate(session.get(Alert, alert_id))
 
     @app.get("/api/v1/jobs", response_model=JobPage, tags=["jobs"])
-    def list_jobs(session: Db, namespace: Text = None, queue: Text = None, phase: Text = None, name: Text = None,
+    def list_jobs(session: Db, allowed: Scope = scoped, namespace: Text = None, queue: Text = None, phase: Text = None,
+                  name: Text = None,
                   workload: Text = None, finished_after: Time = None,
                   finished_before: Time = None, limit: Limit = 100, offset: Offset = 0) -> JobPage:
         """The job ledger, newest first (by creation). `finished_after` is inclusive, `finished_before` not."""
         where: list[ColumnElement[bool]] = [column == value for column, value in (
             (JobRun.namespace, namespace), (JobRun.queue, queue), (JobRun.phase, phase), (JobRun.name, name),
             (JobRun.workload, workload)) if value is not None]
+        if allowed is not None:
+            where.append(JobRun.namespace.in_(allowed))
         if (after := aware_utc(finished_after, "finished_after")) is not None:
             where.append(JobRun.finished_at >= after)
         if (before := aware_utc(finished_before, "finished_before")) is not None:
@@ -206,22 +219,27 @@ def create_app(engine: Engine, settings: Settings, health: Health, clock: Callab
         return JobPage(total=total, limit=limit, offset=offset, items=[job_out(row, settings.costs) for row in rows])
 
     @app.get("/api/v1/jobs/{uid}", response_model=JobOut, tags=["jobs"], responses={404: {"model": ErrorOut}})
-    def get_job(session: Db, uid: Annotated[str, Path(max_length=64, pattern=r"^[^\x00]*$")]) -> JobOut:
+    def get_job(session: Db,
+                uid: Annotated[str, Path(max_length=64, pattern=r"^[^\x00]*$")], allowed: Scope = scoped) -> JobOut:
         row = session.scalars(select(JobRun).where(JobRun.uid == uid)).first()
-        if row is None:
+        if row is None or not visible(allowed, row.namespace):  # another team's: as if it did not exist
             raise HTTPException(404, "no such job run")
         return job_out(row, settings.costs)
 
     @app.get("/api/v1/recommendations", response_model=list[recommend.Recommendation], tags=["recommendations"])
-    def recommendations(session: Db, namespace: Text = None) -> list[recommend.Recommendation]:
+    def recommendations(session: Db, allowed: Scope = scoped, namespace: Text = None) -> list[recommend.Recommendation]:
         """Request recommendations per workload x task x container (base units: cores, bytes), computed from
         the stored history now."""
-        return recommend.compute_recommendations(session, settings.recommendations, clock(), namespace)
+        if namespace is not None and not visible(allowed, namespace):
+            return []
+        found = recommend.compute_recommendations(session, settings.recommendations, clock(), namespace)
+        return [rec for rec in found if visible(allowed, rec.namespace)]
 
     @app.get("/api/v1/queues", response_model=list[QueueOut], tags=["queues"])
-    def list_queues(session: Db) -> list[QueueOut]:
-        """Each queue's usage in the latest complete bucket next to its capability and allocation."""
-        start, seconds, usage = queue_usage(session, clock())
+    def list_queues(session: Db, allowed: Scope = scoped) -> list[QueueOut]:
+        """Each queue's usage in the latest complete bucket next to its capability and allocation (with
+        auth.mode kubernetes: the usage of the caller's namespaces only)."""
+        start, seconds, usage = queue_usage(session, clock(), allowed)
         views = {view.name: view for view in queues()}
         for name in usage.keys() - views.keys() - {""}:  # usage of a queue the informer no longer knows
             views[name] = QueueView(name=name, parent="", capability={}, allocated={}, state="Unknown")
@@ -236,16 +254,20 @@ def create_app(engine: Engine, settings: Settings, health: Health, clock: Callab
                                                                  view.capability.get("memory", 0.0))))
         return out
 
-    private = APIRouter(dependencies=[Depends(token_guard(settings, reading=True))], responses=AUTH_RESPONSES)
-    add_notification_routes(app, private, writes, engine, outbox, clock, wake_notifier)
+    # People's data: behind api_read_token, or with auth.mode kubernetes behind the caller's own identity.
+    private = (APIRouter() if tenancy.on else
+               APIRouter(dependencies=[Depends(token_guard(settings, reading=True))], responses=AUTH_RESPONSES))
+    add_notification_routes(app, private, writes, engine, outbox, clock, wake_notifier, tenancy.scope)
     app.include_router(private)
-    app.include_router(report_router(clock, settings.costs))
+    app.include_router(report_router(clock, settings.costs, tenancy.scope))
     for router in routers:
         app.include_router(router)
     from volcano_monitor.watchdog.views.ui import ui_router  # the pages use this module's views: import when built
 
     app.include_router(ui_router(engine, settings, clock, queues, require_token, request_made, request_wait_seconds,
-                                 why, expected))
+                                 why, expected, tenancy))
     app.include_router(writes)
     check_writes_guarded(app, require_token)
+    if tenancy.on:  # in token mode every route sees everything anyway
+        check_reads_scoped(app, tenancy)
     return app

@@ -4,6 +4,7 @@ types, and the conversions from stored rows that the API and the UI share.
 
 from __future__ import annotations
 
+from collections.abc import Set
 from datetime import UTC, datetime, timedelta
 from typing import Annotated, Any
 
@@ -194,10 +195,12 @@ def job_out(row: JobRun, costs: Costs | None = None) -> JobOut:
     return JobOut(**fields, efficiency=efficiency, cost=job_cost(row, costs))
 
 
-def queue_usage(session: Session, now: datetime) -> tuple[datetime | None, int | None, dict[str, QueueUsage]]:
+def queue_usage(session: Session, now: datetime,
+                namespaces: Set[str] | None = None) -> tuple[datetime | None, int | None, dict[str, QueueUsage]]:
     """Per queue, the latest complete bucket: one bucket for every queue, so the numbers are of the same
     moment, and a queue without rows in it used nothing. Buckets are taken to be aligned (every
-    container's bucket starts at the same instants) and of the size the newest row has."""
+    container's bucket starts at the same instants) and of the size the newest row has. `namespaces`: only
+    those namespaces' containers (a caller's scope; None: all)."""
     newest = session.execute(select(UsageRollup.bucket_seconds).where(UsageRollup.bucket_start <= now)
                              .order_by(UsageRollup.bucket_start.desc()).limit(1)).scalar()
     if not newest:
@@ -212,7 +215,8 @@ def queue_usage(session: Session, now: datetime) -> tuple[datetime | None, int |
         select(r.queue, func.count(), func.sum(r.cpu_cores_sum / func.nullif(r.samples, 0)),
                func.sum(r.memory_bytes_sum / func.nullif(r.samples, 0)), func.avg(gpu_util),
                func.sum(gpu_util / 100.0 * r.gpu_request))
-        .where(r.bucket_start == start, r.bucket_seconds == newest).group_by(r.queue))
+        .where(r.bucket_start == start, r.bucket_seconds == newest,
+               *([r.namespace.in_(namespaces)] if namespaces is not None else [])).group_by(r.queue))
     return start, newest, {queue: QueueUsage(bucket_start=start, bucket_seconds=newest, containers=count,
                                              cpu_cores=cpu or 0.0, memory_bytes=memory or 0.0,
                                              gpu_util_percent=util, gpus_busy=busy or 0.0)

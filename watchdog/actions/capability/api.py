@@ -6,10 +6,11 @@ has not reconciled yet); the history is the audit trail in the database, newest 
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from datetime import datetime
 from typing import Annotated, Any, Literal, Protocol
 
-from fastapi import APIRouter, HTTPException, Path, Query
+from fastapi import APIRouter, Depends, HTTPException, Path, Query
 from pydantic import BaseModel
 from sqlalchemy import Engine
 from sqlalchemy.orm import Session
@@ -81,8 +82,11 @@ class ErrorOut(BaseModel):
 QueueName = Annotated[str, Path(min_length=1, max_length=253, pattern=r"^[^\x00/]+$")]
 
 
-def capability_router(engine: Engine, controller: CapabilitySource) -> APIRouter:
-    router = APIRouter(tags=["capability"])
+def capability_router(engine: Engine, controller: CapabilitySource,
+                      cluster_wide: Callable[..., None] = lambda: None) -> APIRouter:
+    """`cluster_wide`: the gate of reads that cannot be split by namespace (auth.mode kubernetes: the
+    caller must be allowed to list jobs in every namespace); a queue's plan is the platform team's."""
+    router = APIRouter(tags=["capability"], dependencies=[Depends(cluster_wide)])
 
     @router.get("/api/v1/queues/{name}/capability", response_model=CapabilityOut,
                 responses={404: {"model": ErrorOut, "description": "No such queue."}})

@@ -11,11 +11,12 @@ from collections.abc import Callable
 from datetime import UTC, datetime
 from typing import Annotated
 
-from fastapi import APIRouter, Query
+from fastapi import APIRouter, Depends, Query
 from pydantic import BaseModel
 from sqlalchemy import Engine, func, select
 from sqlalchemy.orm import Session
 
+from volcano_monitor.core.kube.reviews import Scope, every_namespace, visible
 from volcano_monitor.watchdog.actions.gpu_idle.settings import GpuIdleSettings
 from volcano_monitor.watchdog.state.db.models import GpuIdleAbortRow
 from volcano_monitor.watchdog.state.gpu_idle import NO_GPU_DATA, JobGpu
@@ -62,21 +63,24 @@ class GpuIdleOut(BaseModel):
 
 
 def gpu_idle_router(engine: Engine, settings: GpuIdleSettings, jobs: Callable[[], list[JobGpu]],
-                    leader: Callable[[], bool]) -> APIRouter:
+                    leader: Callable[[], bool], scope: Callable[..., Scope] = every_namespace) -> APIRouter:
+    """`scope`: the namespaces the caller may see (auth.mode kubernetes): only their jobs and aborts."""
     router = APIRouter(tags=["gpu idle"])
+    scoped = Depends(scope)
 
     @router.get("/api/v1/gpu-idle", response_model=GpuIdleOut)
-    def gpu_idle(limit: Annotated[int, Query(ge=1, le=1000)] = 100,
+    def gpu_idle(allowed: Scope = scoped, limit: Annotated[int, Query(ge=1, le=1000)] = 100,
                  offset: Annotated[int, Query(ge=0, le=10**9)] = 0) -> GpuIdleOut:  # SQLite: 64-bit
         out = [JobGpuOut(uid=j.uid, namespace=j.namespace, job_name=j.job_name, queue=j.queue, state=j.state,
                          idle_seconds=None if j.state == NO_GPU_DATA else j.idle_seconds,
                          gpu_util_percent=j.gpu_util_percent, gpu_pods=j.gpu_pods,
                          limit_seconds=settings.policy(j.queue).gpu_idle_limit_seconds,
                          abort=settings.aborts(j.queue), observed_at=datetime.fromtimestamp(j.last_ts, UTC))
-               for j in jobs()]
+               for j in jobs() if visible(allowed, j.namespace)]
         with Session(engine) as session:
-            total = session.execute(select(func.count()).select_from(GpuIdleAbortRow)).scalar_one()
-            rows = session.scalars(select(GpuIdleAbortRow).order_by(GpuIdleAbortRow.created_at.desc(),
+            only = [GpuIdleAbortRow.namespace.in_(allowed)] if allowed is not None else []
+            total = session.execute(select(func.count()).select_from(GpuIdleAbortRow).where(*only)).scalar_one()
+            rows = session.scalars(select(GpuIdleAbortRow).where(*only).order_by(GpuIdleAbortRow.created_at.desc(),
                                                                     GpuIdleAbortRow.id.desc())
                                    .limit(limit).offset(offset)).all()
             aborts = [AbortOut.model_validate(row, from_attributes=True) for row in rows]

@@ -4,11 +4,12 @@ token-guarded router (Alertmanager sends the token with `http_config.authorizati
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from datetime import UTC, datetime
+from itertools import islice
 from typing import Annotated, Any, cast
 
-from fastapi import APIRouter, FastAPI, HTTPException, Path, Query, Request
+from fastapi import APIRouter, Depends, FastAPI, HTTPException, Path, Query, Request
 from fastapi.exception_handlers import request_validation_exception_handler
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse, Response
@@ -17,6 +18,7 @@ from sqlalchemy import CursorResult, Engine, select, update
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Session
 
+from volcano_monitor.core.kube.reviews import Scope, every_namespace, visible
 from volcano_monitor.core.matchers import parse_matcher
 from volcano_monitor.watchdog.actions.notify.alertmanager import AlertmanagerPayload, items
 from volcano_monitor.watchdog.actions.notify.outbox import DEAD, PENDING, Outbox
@@ -108,9 +110,13 @@ class Accepted(BaseModel):
 
 
 def add_notification_routes(app: FastAPI, read: APIRouter, writes: APIRouter, engine: Engine, outbox: Outbox | None,
-                            clock: Callable[[], datetime], wake: Callable[[], None]) -> None:
+                            clock: Callable[[], datetime], wake: Callable[[], None],
+                            scope: Callable[..., Scope] = every_namespace) -> None:
     """`read`: the router for GETs that show people's data (the messages, with owners' mentions; who
-    made a silence): it asks for the read token. `writes`: the write token."""
+    made a silence): it asks for the read token. `writes`: the write token. `scope`: the namespaces the caller
+    may see (auth.mode kubernetes): a message only when every alert in it is of one of them, a silence only
+    when a matcher pins `namespace` to one of them."""
+    scoped = Depends(scope)  # a default: an Annotated alias here would not resolve (postponed annotations)
     @app.exception_handler(RequestValidationError)
     async def bad_request(request: Request, exc: RequestValidationError) -> Response:
         """FastAPI's 422 everywhere but the Alertmanager receiver, which answers 400 with the first
@@ -145,13 +151,16 @@ def add_notification_routes(app: FastAPI, read: APIRouter, writes: APIRouter, en
         return Accepted(alerts=len(alerts), groups=groups)
 
     @read.get("/api/v1/silences", response_model=list[SilenceOut], tags=["notifications"])
-    def list_silences(active: bool = Query(False, description="Only silences in effect now.")) -> list[SilenceOut]:
+    def list_silences(allowed: Scope = scoped,
+                      active: bool = Query(False, description="Only silences in effect now.")) -> list[SilenceOut]:
         now = clock()
         with Session(engine) as session:
-            query = select(Silence).order_by(Silence.id.desc()).limit(1000)
+            query = select(Silence).order_by(Silence.id.desc())
             if active:
                 query = query.where(Silence.starts_at <= now, Silence.ends_at > now)
-            return [_silence_out(row, now) for row in session.scalars(query)]
+            rows = (row for row in session.scalars(query.execution_options(yield_per=200))
+                    if silence_visible(allowed, row.matchers))
+            return [_silence_out(row, now) for row in islice(rows, 1000)]
 
     @writes.post("/api/v1/silences", response_model=SilenceOut, status_code=201, tags=["notifications"],
                  responses={400: {"model": ErrorOut, "description": "ends_at not after starts_at, or a body that "
@@ -184,17 +193,22 @@ def add_notification_routes(app: FastAPI, read: APIRouter, writes: APIRouter, en
             return _silence_out(row, now)
 
     @read.get("/api/v1/notifications", response_model=list[DeliveryOut], tags=["notifications"])
-    def list_deliveries(state: Annotated[str | None, Query(pattern="^(" + "|".join(STATES) + ")$")] = None,
+    def list_deliveries(allowed: Scope = scoped,
+                        state: Annotated[str | None, Query(pattern="^(" + "|".join(STATES) + ")$")] = None,
                         receiver: Annotated[str | None, Query(max_length=64)] = None,
                         limit: Annotated[int, Query(ge=1, le=1000)] = 100) -> list[DeliveryOut]:
         """Messages in the outbox, newest first; `state=dead` lists the dead letters."""
         with Session(engine) as session:
-            query = select(NotificationDelivery).order_by(NotificationDelivery.id.desc()).limit(limit)
+            query = select(NotificationDelivery).order_by(NotificationDelivery.id.desc())
             if state:
                 query = query.where(NotificationDelivery.state == state)
             if receiver:
                 query = query.where(NotificationDelivery.receiver == receiver)
-            return [DeliveryOut.model_validate(row) for row in session.scalars(query)]
+            if allowed is None:
+                query = query.limit(limit)
+            rows = (row for row in session.scalars(query.execution_options(yield_per=200))
+                    if message_visible(allowed, row.message))
+            return [DeliveryOut.model_validate(row) for row in islice(rows, limit)]
 
     @writes.post("/api/v1/notifications/{delivery_id}/retry", response_model=DeliveryOut, tags=["notifications"],
                  responses={404: {"description": "No such message."}, 409: {"description": "Not a dead letter."}})
@@ -216,10 +230,36 @@ def add_notification_routes(app: FastAPI, read: APIRouter, writes: APIRouter, en
         return out
 
     @app.get("/api/v1/receivers", response_model=list[ReceiverOut], tags=["notifications"])
-    def receivers() -> list[ReceiverOut]:
-        """Configured receivers (names and kinds; their URLs and secrets are never shown)."""
+    def receivers(_: Scope = scoped) -> list[ReceiverOut]:
+        """Configured receivers (names and kinds; their URLs and secrets are never shown); with auth.mode
+        kubernetes to any authenticated caller."""
         found = outbox.receivers.values() if outbox is not None else ()
         return [ReceiverOut(name=r.name, kind=r.kind, send_resolved=r.send_resolved) for r in found]
+
+
+def message_visible(scope: Scope, message: Any) -> bool:
+    """A stored message may be shown when every alert in it is of a namespace in `scope` (a group may mix
+    namespaces; one of another team's would show its job)."""
+    if scope is None:
+        return True
+    alerts = message.get("alerts") if isinstance(message, dict) else None
+    return isinstance(alerts, list) and bool(alerts) and all(
+        isinstance(a, dict) and visible(scope, a.get("namespace")) for a in alerts)
+
+
+def silence_visible(scope: Scope, matchers: Iterable[str]) -> bool:
+    """A silence may be shown when one of its matchers pins `namespace` to a namespace in `scope` (it then
+    mutes that namespace's alerts only); one over every namespace only to a cluster-wide caller."""
+    if scope is None:
+        return True
+    for text in matchers:
+        try:
+            matcher = parse_matcher(text)
+        except ValueError:
+            continue
+        if matcher.name == "namespace" and matcher.op == "=" and visible(scope, matcher.value):
+            return True
+    return False
 
 
 def _silence_out(row: Silence, now: datetime) -> SilenceOut:

@@ -8,12 +8,13 @@ from collections.abc import Callable
 from datetime import datetime
 from typing import Annotated, Any
 
-from fastapi import APIRouter, Query
+from fastapi import APIRouter, Depends, Query
 from pydantic import BaseModel
 from sqlalchemy import Engine
 from sqlalchemy.orm import Session
 
 from volcano_monitor.core.exposition import COUNTER, Family
+from volcano_monitor.core.kube.reviews import Scope, every_namespace
 from volcano_monitor.watchdog.actions.notify.message import AlertItem, rfc3339
 from volcano_monitor.watchdog.actions.notify.outbox import NOTICE_LABEL, Outbox
 from volcano_monitor.watchdog.actions.oomscale import store
@@ -58,18 +59,20 @@ class ResubmissionPage(BaseModel):
 Name = Annotated[str | None, Query(max_length=253, pattern=r"^[^\x00/]+$")]
 
 
-def oom_router(engine: Engine) -> APIRouter:
+def oom_router(engine: Engine, scope: Callable[..., Scope] = every_namespace) -> APIRouter:
+    """`scope`: the namespaces the caller may see (auth.mode kubernetes): only their decisions."""
     router = APIRouter(tags=["oom-scale-up"])
+    scoped = Depends(scope)
 
     @router.get("/api/v1/oom-resubmissions", response_model=ResubmissionPage)
-    def oom_resubmissions(namespace: Name = None, lineage: Name = None,
+    def oom_resubmissions(allowed: Scope = scoped, namespace: Name = None, lineage: Name = None,
                           limit: Annotated[int, Query(ge=1, le=1000)] = 50,
                           offset: Annotated[int, Query(ge=0, le=10**9)] = 0) -> ResubmissionPage:
         """OOM auto scale-up decisions, newest first: per attempt of a lineage (`lineage`: the first
         run's Job name) the Job OOM-killed, the one submitted (or that would be, in dry-run), the memory
         before and after per container, and the outcome."""
         with Session(engine) as session:
-            total, rows = store.history(session, namespace, lineage, limit, offset)
+            total, rows = store.history(session, namespace, lineage, limit, offset, allowed)
             items = [ResubmissionOut.model_validate(row, from_attributes=True) for row in rows]
         return ResubmissionPage(total=total, limit=limit, offset=offset, items=items)
 

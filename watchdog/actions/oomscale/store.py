@@ -3,10 +3,11 @@ peak memory the usage collector saw of a run's container."""
 
 from __future__ import annotations
 
+from collections.abc import Set
 from datetime import datetime
 from typing import Any
 
-from sqlalchemy import func, select
+from sqlalchemy import ColumnElement, func, select
 from sqlalchemy.orm import Session
 
 from volcano_monitor.watchdog.state.db.models import OomResubmission, UsageRollup
@@ -37,9 +38,9 @@ def peak_memory(session: Session, job_uid: str, task: str, container: str) -> fl
 
 
 def history(session: Session, namespace: str | None, lineage: str | None, limit: int,
-            offset: int) -> tuple[int, list[OomResubmission]]:
-    """Rows newest first (a lineage's: by attempt), and how many match."""
-    where = []
+            offset: int, namespaces: Set[str] | None = None) -> tuple[int, list[OomResubmission]]:
+    """Rows newest first (a lineage's: by attempt), and how many match; `namespaces`: only theirs (None: all)."""
+    where: list[ColumnElement[bool]] = [OomResubmission.namespace.in_(namespaces)] if namespaces is not None else []
     if namespace:
         where.append(OomResubmission.namespace == namespace)
     if lineage:

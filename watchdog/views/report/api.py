@@ -1,8 +1,8 @@
 """`GET /api/v1/reports`: the report `volcano-watchdog report` prints, served by every replica, in any
 of its formats. Digest messages link here with the exact period (`since` and `until` as times).
 
-Public like `/api/v1/jobs`: it names queues, namespaces and jobs and their hours, nothing of the jobs'
-data. Mounted by `watchdog.views.api.create_app`.
+Public like `/api/v1/jobs` (with `auth.mode: kubernetes`, the caller's namespaces only): it names queues,
+namespaces and jobs and their hours, nothing of the jobs' data. Mounted by `watchdog.views.api.create_app`.
 """
 
 from __future__ import annotations
@@ -15,6 +15,7 @@ from fastapi import APIRouter, Depends, Query, Request, Response
 from fastapi.exceptions import RequestValidationError
 from sqlalchemy.orm import Session
 
+from volcano_monitor.core.kube.reviews import Scope, every_namespace
 from volcano_monitor.watchdog.state.cost_settings import Costs
 from volcano_monitor.watchdog.views.report.compute import compute_report, parse_moment
 from volcano_monitor.watchdog.views.report.render import render
@@ -37,14 +38,18 @@ def invalid(name: str, value: str | None, reason: str) -> RequestValidationError
     return RequestValidationError([{"type": "value_error", "loc": ("query", name), "msg": reason, "input": value}])
 
 
-def report_router(clock: Callable[[], datetime] = lambda: datetime.now(UTC), costs: Costs | None = None) -> APIRouter:
-    """The reports endpoint; `costs`: the prices (`costs:` settings) its cost columns are at."""
+def report_router(clock: Callable[[], datetime] = lambda: datetime.now(UTC), costs: Costs | None = None,
+                  scope: Callable[..., Scope] = every_namespace) -> APIRouter:
+    """The reports endpoint; `costs`: the prices (`costs:` settings) its cost columns are at; `scope`: the
+    namespaces the caller may see (auth.mode kubernetes), whose runs and alerts alone are counted."""
     router = APIRouter(tags=["reports"])
+    scoped = Depends(scope)
 
     @router.get("/api/v1/reports", response_class=Response,
                 responses={200: {"content": {t: {} for t in MEDIA_TYPES.values()},
                                  "description": "The report in the format asked for."}})
-    def report(session: Annotated[Session, Depends(_session)], since: Moment = "7d", until: Moment | None = None,
+    def report(session: Annotated[Session, Depends(_session)], allowed: Scope = scoped,
+               since: Moment = "7d", until: Moment | None = None,
                by: Literal["queue", "namespace", "workload"] = "queue",
                format: Literal["json", "csv", "html", "md", "table", "focus"] = "json",
                top: Annotated[int, Query(ge=0, le=100)] = 10) -> Response:
@@ -62,7 +67,7 @@ def report_router(clock: Callable[[], datetime] = lambda: datetime.now(UTC), cos
             raise invalid("since", since, str(exc)) from None
         if start >= end:
             raise invalid("since", since, "since must be before until")
-        found = compute_report(session, start, end, by, top, costs)
+        found = compute_report(session, start, end, by, top, costs, allowed)
         return Response(render(found, format), media_type=MEDIA_TYPES[format])
 
     return router

@@ -10,6 +10,7 @@ free runs.
 
 from __future__ import annotations
 
+from collections.abc import Set
 from datetime import datetime
 
 from sqlalchemy.orm import Session
@@ -42,21 +43,24 @@ def job_cost_line(run: JobRun, costs: Costs) -> str:
             f"{money(cost.idle)} idle ({meaning()})</p>")
 
 
-def queue_cost_section(session: Session, costs: Costs, queue: str, now: datetime) -> str:
+def queue_cost_section(session: Session, costs: Costs, queue: str, now: datetime,
+                       namespaces: Set[str] | None = None) -> str:
     """The queue's cost (children included) this week and this month, and its budgets with what they count as
-    spent; empty when there are neither prices nor a budget of the queue."""
-    budgets = [b for b in costs.budgets if b.queue == queue]
+    spent; empty when there are neither prices nor a budget of the queue. `namespaces`: a reader's scope
+    (auth.mode kubernetes): only their runs, and no budget (it counts every team's spending)."""
+    budgets = [b for b in costs.budgets if b.queue == queue and namespaces is None]
     if not is_priced(costs) and not budgets:
         return ""
     currency = esc(costs.currency)
     rows, spent = [], {}
     for period in ("week", "month"):
         start, _ = period_bounds(period, now)
-        requested, used, idle = queue_period_costs(session, costs, queue, start, now)
+        requested, used, idle = queue_period_costs(session, costs, queue, start, now, namespaces)
         spent[period] = requested
         rows.append([f"this {period}", when(start), money(requested), money(used), money(idle)])
     body = (f"<h2>Cost</h2><p>{esc(queue)} and the queues under it, in {currency} ({meaning()}); runs that "
-            "ended in the period with all their cost, running ones with their cost so far.</p>"
+            "ended in the period with all their cost, running ones with their cost so far"
+            + (", of your namespaces only" if namespaces is not None else "") + ".</p>"
             + table(("period", "since", "requested (held)", "used", "idle"), rows, frozenset({2, 3, 4})))
     for budget in budgets:
         share = spent[budget.period] / budget.amount

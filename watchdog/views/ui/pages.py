@@ -19,8 +19,9 @@ from pydantic import ValidationError
 from sqlalchemy import Engine, func, select
 from sqlalchemy.orm import Session
 
+from volcano_monitor.core.kube.reviews import Scope, visible
 from volcano_monitor.watchdog.actions.capability import store
-from volcano_monitor.watchdog.actions.notify.api import STATES, SilenceIn
+from volcano_monitor.watchdog.actions.notify.api import STATES, SilenceIn, message_visible, silence_visible
 from volcano_monitor.watchdog.config import Settings
 from volcano_monitor.watchdog.findings.recommendations import book as recommend
 from volcano_monitor.watchdog.findings.why import Expected, Explain, no_estimate
@@ -29,6 +30,7 @@ from volcano_monitor.watchdog.views.guard import token_guard
 from volcano_monitor.watchdog.views.health import QueueView
 from volcano_monitor.watchdog.views.resolve import store_resolve_request, wait_for_request
 from volcano_monitor.watchdog.views.schema import AlertId, queue_usage
+from volcano_monitor.watchdog.views.tenancy import Tenancy
 from volcano_monitor.watchdog.views.ui.cost import job_cost_line, queue_cost_section
 from volcano_monitor.watchdog.views.ui.forms import FormTokenRoute, error_page, form_of, refused_reader
 from volcano_monitor.watchdog.views.ui.html import (
@@ -86,31 +88,40 @@ ALERT_HEADERS = ("#", "state", "severity", "kind", "job", "queue", "summary", "s
 def ui_router(engine: Engine, settings: Settings, clock: Callable[[], datetime],
               queues: Callable[[], list[QueueView]], require_token: Callable[..., None],
               request_made: Callable[[], None] = lambda: None, wait_seconds: float = 5.0,
-              why: Explain = lambda uid: None, expected: Expected = no_estimate) -> APIRouter:
+              why: Explain = lambda uid: None, expected: Expected = no_estimate,
+              tenancy: Tenancy | None = None) -> APIRouter:
     """The UI's routes. `require_token`: the API's write guard (the very function, so the app's check
     finds it on every POST); `request_made`, `wait_seconds`: as for the API's resolve; `why`: a live job's
-    place in its queue (`ClusterIndex.why`), on the job page, with `expected`: its expected start."""
+    place in its queue (`ClusterIndex.why`), on the job page, with `expected`: its expected start; `tenancy`: who
+    may read what (auth.mode kubernetes: each page shows the caller's namespaces only, another's job or alert
+    is a 404, and the caller's identity replaces the read token)."""
     router = APIRouter(include_in_schema=False)
     writes = APIRouter(include_in_schema=False, route_class=FormTokenRoute, dependencies=[Depends(require_token)])
-    reader = token_guard(settings, reading=True)
+    tenancy = tenancy or Tenancy(settings.auth)
+    reader = token_guard(settings, reading=True) if not tenancy.on else lambda credentials: None
+    scoped = Depends(tenancy.scope)  # a default: an Annotated alias here would not resolve (see views.api)
+
+    def only(column: Any, allowed: Scope) -> list[Any]:
+        return [column.in_(allowed)] if allowed is not None else []
 
     def session() -> Session:
         return Session(engine)
 
     @router.get("/", response_class=HTMLResponse)
     @router.get("/ui/queues", response_class=HTMLResponse)
-    def queue_page() -> Response:
+    def queue_page(allowed: Scope = scoped) -> Response:
         """The queue tree (spec.parent) with capability, deserved, allocated, use, and the ledger's live jobs."""
         views = {v.name: v for v in queues()}
         with session() as s:
-            _, seconds, usage = queue_usage(s, clock())
-            firing = dict(s.execute(select(Alert.queue, func.count()).where(Alert.state == "firing")
-                                    .group_by(Alert.queue)).all())
+            _, seconds, usage = queue_usage(s, clock(), allowed)
+            firing = dict(s.execute(select(Alert.queue, func.count()).where(
+                Alert.state == "firing", *only(Alert.namespace, allowed)).group_by(Alert.queue)).all())
             # Jobs by phase from the ledger: Volcano's Queue status no longer counts them (v1.12 has
             # allocated, reservation and state only).
             live = s.execute(select(JobRun.queue, JobRun.phase, func.count()).where(
                 JobRun.phase.in_(("Pending", "Inqueue", "Running")), JobRun.finished_at.is_(None),
-                JobRun.deleted_at.is_(None)).group_by(JobRun.queue, JobRun.phase)).all()
+                JobRun.deleted_at.is_(None), *only(JobRun.namespace, allowed))
+                .group_by(JobRun.queue, JobRun.phase)).all()
         waiting: dict[str, int] = {}
         running: dict[str, int] = {}
         for queue_name, phase, count in live:
@@ -147,15 +158,16 @@ def ui_router(engine: Engine, settings: Settings, clock: Callable[[], datetime],
 
     @router.get("/ui/queues/{name}", response_class=HTMLResponse)
     def capability_page(request: Request, name: Annotated[str, Path(max_length=253, pattern=r"^[^\x00/]+$")],
-                        offset: Offset = 0) -> Response:
+                        offset: Offset = 0, allowed: Scope = scoped) -> Response:
         """The queue's cost this week and month, the capability policy's latest plan for it and its change
         history (read token)."""
         if (refused := refused_reader(request, reader)) is not None:
             return refused
         with session() as s:
-            plan = store.get_plan(s, name)
-            total, changes = store.history(s, name, PAGE, offset)
-            cost = queue_cost_section(s, settings.costs, name, clock())
+            # A queue's plan is the platform team's: shown to callers that may list jobs everywhere.
+            plan = store.get_plan(s, name) if allowed is None else None
+            total, changes = store.history(s, name, PAGE, offset) if allowed is None else (0, [])
+            cost = queue_cost_section(s, settings.costs, name, clock(), allowed)
         if plan is None and total == 0 and name not in {v.name for v in queues()}:
             return error_page(404, "no such queue")
         body = cost + "<h2>Plan</h2>"
@@ -174,11 +186,13 @@ def ui_router(engine: Engine, settings: Settings, clock: Callable[[], datetime],
         return html(f"Queue {name}", body)
 
     @router.get("/ui/jobs", response_class=HTMLResponse)
-    def jobs_page(queue: Text = "", namespace: Text = "", phase: Text = "", name: Text = "", workload: Text = "",
+    def jobs_page(allowed: Scope = scoped, queue: Text = "", namespace: Text = "", phase: Text = "", name: Text = "",
+                  workload: Text = "",
                   offset: Offset = 0) -> Response:
         """The ledger, newest first, with each run's efficiency (used / requested resource-seconds)."""
         where = [c == v for c, v in ((JobRun.queue, queue), (JobRun.namespace, namespace), (JobRun.phase, phase),
                                      (JobRun.name, name), (JobRun.workload, workload)) if v]
+        where += only(JobRun.namespace, allowed)
         with session() as s:
             total = s.execute(select(func.count()).select_from(JobRun).where(*where)).scalar_one()
             newest = func.coalesce(JobRun.created_at, JobRun.updated_at)
@@ -199,11 +213,11 @@ def ui_router(engine: Engine, settings: Settings, clock: Callable[[], datetime],
                                          name=name, workload=workload))
 
     @router.get("/ui/jobs/{uid}", response_class=HTMLResponse)
-    def job_page(uid: Annotated[str, Path(max_length=64, pattern=r"^[^\x00/]+$")]) -> Response:
+    def job_page(uid: Annotated[str, Path(max_length=64, pattern=r"^[^\x00/]+$")], allowed: Scope = scoped) -> Response:
         """One run: its numbers, its alerts, usage vs request over time, the resources to use next time."""
         with session() as s:
             run = s.scalars(select(JobRun).where(JobRun.uid == uid)).first()
-            if run is None:
+            if run is None or not visible(allowed, run.namespace):  # another team's: as if it did not exist
                 return error_page(404, "no such job run")
             alerts = list(s.scalars(select(Alert).where(Alert.namespace == run.namespace,
                                                         Alert.job_name == run.name)
@@ -248,11 +262,12 @@ def ui_router(engine: Engine, settings: Settings, clock: Callable[[], datetime],
         return html(f"Job {run.namespace}/{run.name}", body)
 
     @router.get("/ui/alerts", response_class=HTMLResponse)
-    def alerts_page(state: Text = "", kind: Text = "", namespace: Text = "", queue: Text = "",
+    def alerts_page(allowed: Scope = scoped, state: Text = "", kind: Text = "", namespace: Text = "", queue: Text = "",
                     offset: Offset = 0) -> Response:
         """Alerts, newest first; `state` empty: all of them."""
         where = [c == v for c, v in ((Alert.state, state), (Alert.kind, kind), (Alert.namespace, namespace),
                                      (Alert.queue, queue)) if v]
+        where += only(Alert.namespace, allowed)
         with session() as s:
             total = s.execute(select(func.count()).select_from(Alert).where(*where)).scalar_one()
             rows = list(s.scalars(select(Alert).where(*where).order_by(Alert.started_at.desc(), Alert.id.desc())
@@ -263,11 +278,11 @@ def ui_router(engine: Engine, settings: Settings, clock: Callable[[], datetime],
             "/ui/alerts", total, offset, state=state, kind=kind, namespace=namespace, queue=queue))
 
     @router.get("/ui/alerts/{alert_id}", response_class=HTMLResponse)
-    def alert_page(alert_id: AlertId, note: Text = "") -> Response:
+    def alert_page(alert_id: AlertId, note: Text = "", allowed: Scope = scoped) -> Response:
         """One alert, its job, and the resolve and silence forms (they need the api_token)."""
         with session() as s:
             a = s.get(Alert, alert_id)
-            if a is None:
+            if a is None or not visible(allowed, a.namespace):
                 return error_page(404, "no such alert")
             run = s.scalars(select(JobRun).where(JobRun.namespace == a.namespace, JobRun.name == a.job_name)
                             .order_by(JobRun.id.desc()).limit(1)).first() if a.job_name else None
@@ -325,20 +340,21 @@ def ui_router(engine: Engine, settings: Settings, clock: Callable[[], datetime],
         return RedirectResponse(f"{target}?note=silenced", status_code=303)
 
     @router.get("/ui/silences", response_class=HTMLResponse)
-    def silences_page(request: Request, note: Text = "") -> Response:
+    def silences_page(request: Request, allowed: Scope = scoped, note: Text = "") -> Response:
         """Silences, newest first, with who made them (read token)."""
         if (refused := refused_reader(request, reader)) is not None:
             return refused
         now = clock()
         with session() as s:
-            rows = list(s.scalars(select(Silence).order_by(Silence.id.desc()).limit(200)))
+            rows = [r for r in s.scalars(select(Silence).order_by(Silence.id.desc()).limit(200))
+                    if silence_visible(allowed, r.matchers)]
         body = table(("#", "matchers", "starts", "ends", "active", "by", "comment"), [
             [esc(r.id), "<br>".join(esc(m) for m in r.matchers), when(r.starts_at), when(r.ends_at),
              "yes" if r.starts_at <= now < r.ends_at else "no", esc(r.created_by), esc(r.comment)] for r in rows])
         return html("Silences", body, note)
 
     @router.get("/ui/notifications", response_class=HTMLResponse)
-    def notifications_page(request: Request, state: Text = "") -> Response:
+    def notifications_page(request: Request, allowed: Scope = scoped, state: Text = "") -> Response:
         """The outbox, newest first; `state=dead`: the dead letters (read token)."""
         if (refused := refused_reader(request, reader)) is not None:
             return refused
@@ -346,7 +362,7 @@ def ui_router(engine: Engine, settings: Settings, clock: Callable[[], datetime],
             query = select(NotificationDelivery).order_by(NotificationDelivery.id.desc()).limit(PAGE)
             if state:
                 query = query.where(NotificationDelivery.state == state)
-            rows = list(s.scalars(query))
+            rows = [r for r in s.scalars(query) if message_visible(allowed, r.message)]
         tabs = " · ".join(link(qs("/ui/notifications", state=st), st or "all") for st in (*STATES, ""))
         body = f"<p>{tabs}</p>" + table(("#", "receiver", "state", "attempts", "created", "sent", "title", "error"), [
             [esc(r.id), esc(r.receiver), esc(r.state), esc(r.attempts), when(r.created_at), when(r.sent_at),
