@@ -185,6 +185,28 @@ for what the chart cannot see. Truth as the watchdog reads it: 1, true, yes, on,
 {{- if or $enabled $w.rbac.createCommands }}true{{ end }}
 {{- end }}
 
+{{/* "true" when the watchdog authorizes readers with Kubernetes RBAC (`auth.mode: kubernetes`), so that its
+ClusterRole grants `create` on TokenReviews and SubjectAccessReviews (asking the API server who a caller is
+and what it may list): `auth.mode` in watchdog.config, overridden as in the watchdog by a
+VOLCANO_WATCHDOG_AUTH__MODE value in watchdog.extraEnv; or watchdog.rbac.createReviews for what the chart
+cannot see. */}}
+{{- define "volcano-monitor.watchdog.kubernetesAuth" -}}
+{{- $w := .Values.watchdog }}
+{{- $mode := "" }}
+{{- if not $w.existingConfigSecret }}
+{{- $auth := get ($w.config | default dict) "auth" }}
+{{- if kindIs "map" $auth }}
+{{- $mode = get $auth "mode" | toString }}
+{{- end }}
+{{- end }}
+{{- range $w.extraEnv }}
+{{- if and (eq .name "VOLCANO_WATCHDOG_AUTH__MODE") (hasKey . "value") }}
+{{- $mode = .value | toString }}
+{{- end }}
+{{- end }}
+{{- if or (eq $mode "kubernetes") $w.rbac.createReviews }}true{{ end }}
+{{- end }}
+
 {{/* Where the SQLite file lives; the Dockerfile's WORKDIR is the same directory. */}}
 {{- define "volcano-monitor.watchdog.dataDir" -}}
 /var/lib/volcano-watchdog
