@@ -78,7 +78,8 @@ def stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, Any]]:
     watchdog_url = f"http://127.0.0.1:{ports['watchdog']}"
     procs = Stack(tmp / "logs")
     # `demo`: the default scenario plus a GPU node held hostage and run hot, so every dashboard panel has data.
-    with SimulatorThread(scenario="demo", speed=SPEED, tick_interval=0.05) as sim:
+    # Volcano v1.12, the release the recordings are of: it serves HyperNodes, so the fragmentation row has data.
+    with SimulatorThread(scenario="demo", speed=SPEED, tick_interval=0.05, volcano_release="v1.12") as sim:
         kubeconfig = tmp / "kubeconfig"
         write_kubeconfig(kubeconfig, sim.url)
         sim_target = sim.url.split("://", 1)[1]
