@@ -1,8 +1,9 @@
 """TokenReview and SubjectAccessReview for the simulated API server, so the watchdog's `auth.mode:
 kubernetes` is tested against real HTTP answers without a real cluster.
 
-Who exists and what they may do is given as data, the body of `POST /sim/authn` (or, in a test process,
-`ApiServer.authn = Authn.from_config(...)`); with none, no token is authenticated:
+Who exists and what they may do is given as data: a YAML file (`volcano-sim --authn FILE`), the JSON body
+of `POST /sim/authn`, or in a test process `ApiServer.authn = Authn.from_config(...)`; with none, no token
+is authenticated:
 
     users:                      # bearer token -> who it is
       tok-alice: {user: alice, groups: [team-a]}
@@ -20,9 +21,11 @@ ClusterRoleBinding would. `unavailable: true` makes both endpoints answer 500 (t
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 import orjson
+import yaml
 from aiohttp import web
 
 TOKEN_REVIEWS = "/apis/authentication.k8s.io/v1/tokenreviews"
@@ -119,6 +122,18 @@ class Authn:
         status = {"allowed": allowed} if allowed else {"allowed": False, "reason": "no rule allows it"}
         return 201, {"apiVersion": "authorization.k8s.io/v1", "kind": "SubjectAccessReview",
                      "spec": spec, "status": status}
+
+
+def load_authn(path: str | Path) -> Authn:
+    """The users and rules of a YAML file; ValueError in one line naming the file."""
+    try:
+        return Authn.from_config(yaml.safe_load(Path(path).read_text()))
+    except OSError as exc:
+        raise ValueError(f"cannot read {path}: {exc.strerror}") from None
+    except yaml.YAMLError as exc:
+        raise ValueError(f"{path} is not valid YAML: {str(exc).splitlines()[0]}") from None
+    except ValueError as exc:
+        raise ValueError(f"{path}: {exc}") from None
 
 
 def _status(code: int, reason: str, message: str) -> dict[str, Any]:

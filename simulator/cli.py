@@ -12,6 +12,7 @@ import sys
 from aiohttp import web
 
 from volcano_monitor.core.flags import Parser, env_flag, host_port, log_level_flag, positive_float
+from volcano_monitor.simulator.authn import load_authn
 from volcano_monitor.simulator.releases import release_name, release_store
 from volcano_monitor.simulator.runtime import bind_socket, write_kubeconfig
 from volcano_monitor.simulator.scenario import SCENARIOS, scenario_release
@@ -47,6 +48,9 @@ def build_parser() -> argparse.ArgumentParser:
              help="serve the kinds and object shapes of this Volcano release (v1.9 ... v1.16), from its CRDs in "
              "shared/volcano (or $VOLCANO_SIM_CRDS); default: Jobs, PodGroups and Queues as written, unpruned "
              "(the vgpu-* scenarios need v1.12+ and default to v1.12)")
+    env_flag(parser, "--authn", "VOLCANO_SIM_AUTHN",
+             help="YAML file of users (token -> user, groups) and RBAC-like rules for TokenReview and "
+             "SubjectAccessReview (simulator/authn.py); default: no token is authenticated")
     env_flag(parser, "--bookmark-interval", "VOLCANO_SIM_BOOKMARK_INTERVAL", default="30", type=positive_float,
              help="seconds between watch bookmarks")
     log_level_flag(parser, "VOLCANO_SIM")
@@ -63,6 +67,11 @@ async def serve(args: argparse.Namespace) -> None:
         raise SystemExit(f"volcano-sim: {exc}") from None
     driver.setup()
     api = ApiServer(store, bookmark_interval=args.bookmark_interval, metrics_source=driver)
+    if args.authn:
+        try:
+            api.authn = load_authn(args.authn)
+        except ValueError as exc:
+            raise SystemExit(f"volcano-sim: {exc}") from None
     runner = web.AppRunner(api.app(), access_log=None, handler_cancellation=True, shutdown_timeout=0.5)
     await runner.setup()
     host, port = args.listen
