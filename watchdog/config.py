@@ -31,6 +31,7 @@ from volcano_monitor.watchdog.findings.recommendations.settings import Recommend
 from volcano_monitor.watchdog.runtime.settings import LeaderElection, Retention
 from volcano_monitor.watchdog.sources.settings import Sources
 from volcano_monitor.watchdog.state.cost_settings import Costs
+from volcano_monitor.watchdog.state.gpu_settings import GpuSharing
 from volcano_monitor.watchdog.views.auth_settings import AuthSettings
 from volcano_monitor.watchdog.views.report.settings import Reports
 
@@ -72,6 +73,7 @@ class Settings(Section):
     gpu_idle: GpuIdleSettings = GpuIdleSettings()
     costs: Costs = Costs()
     auth: AuthSettings = AuthSettings()
+    gpu_sharing: GpuSharing = GpuSharing()
 
     @model_validator(mode="after")
     def _idle_window_holds_rollups(self) -> Settings:

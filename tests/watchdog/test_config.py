@@ -118,3 +118,33 @@ def test_bad_prices_are_one_line_and_exit_2(tmp_path: Path, capsys: pytest.Captu
     assert main(["--config", str(path), "report"]) == 2
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and message in err
+
+
+def test_gpu_sharing_reaches_the_share_computation_at_start(tmp_path: Path) -> None:
+    """`gpu_sharing` is handed to core.gpushare when the CLI starts, before any pod is parsed; a bad basis or
+    card size is one line naming the key, exit 2."""
+    import subprocess
+    import sys
+
+    path = tmp_path / "c.yaml"
+    path.write_text(f"database_url: sqlite:///{tmp_path / 'w.db'}\n"
+                    "gpu_sharing: {basis: cores, card_memory_mib: 40960}\n")
+    settings = load(path, environ={"VOLCANO_WATCHDOG_GPU_SHARING__BASIS": "memory"})
+    assert (settings.gpu_sharing.basis, settings.gpu_sharing.card_memory_mib) == ("memory", 40960)
+    # A MiB-only vGPU of 10240 MiB and 100 % of the cores: 0.25 of a 40 GiB card on the memory basis, 1 on cores.
+    probe = ("from volcano_monitor.watchdog.runtime import cli; from volcano_monitor.core import gpushare; "
+             "import sys; cli.main(['--config', sys.argv[1], 'migrate']); "
+             "print(gpushare.container_share({'nvidia.com/gpu': 1, 'nvidia.com/gpumem': 10240, "
+             "'nvidia.com/gpucores': 100}).gpus)")
+    for basis, expected in (("memory", "0.25"), ("cores", "1.0")):
+        done = subprocess.run([sys.executable, "-c", probe, str(path)], capture_output=True, text=True, timeout=120,
+                              env={"PATH": "/usr/bin:/bin", "VOLCANO_WATCHDOG_GPU_SHARING__BASIS": basis})
+        assert done.returncode == 0, done.stderr
+        assert done.stdout.strip().splitlines()[-1] == expected, (basis, done.stdout)
+    path.write_text("gpu_sharing: {basis: biggest}\n")
+    with pytest.raises(ConfigError, match=r"gpu_sharing\.basis") as error:
+        load(path, environ={})
+    assert "\n" not in str(error.value)
+    path.write_text("gpu_sharing: {card_memory_mib: -1}\n")
+    with pytest.raises(ConfigError, match=r"gpu_sharing\.card_memory_mib"):
+        load(path, environ={})

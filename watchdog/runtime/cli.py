@@ -16,6 +16,7 @@ from sqlalchemy import Engine
 from sqlalchemy.exc import SQLAlchemyError
 from sqlalchemy.orm import Session
 
+from volcano_monitor.core import gpushare
 from volcano_monitor.core.flags import Parser, env_flag, host_port, log_level_flag
 from volcano_monitor.core.kube.config import ClusterConfigError, load_configuration
 from volcano_monitor.watchdog.config import ConfigError, Settings, load
@@ -322,6 +323,7 @@ def main(argv: list[str] | None = None) -> int:
         print(f"volcano-watchdog: {exc}", file=sys.stderr)
         return 2
     logging.basicConfig(level=args.log_level, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    gpushare.configure(basis=settings.gpu_sharing.basis, card_memory_mib=settings.gpu_sharing.card_memory_mib)
     quiet_libraries(args.log_level, "alembic" if args.command in ("recommend", "report") else "")
     if args.command == "migrate":
         return run_migrate(settings)

@@ -29,6 +29,7 @@ from sqlalchemy.exc import SQLAlchemyError
 from sqlalchemy.orm import InstrumentedAttribute, Session
 
 from volcano_monitor.core.exposition import COUNTER, Family
+from volcano_monitor.core.gpushare import PROBLEM_KINDS, share_problems
 from volcano_monitor.core.version import version
 from volcano_monitor.watchdog.actions.capability.metrics import CAPABILITY_TARGET, CAPABILITY_UPDATES
 from volcano_monitor.watchdog.actions.gpu_idle.metrics import (
@@ -105,6 +106,10 @@ COLLECTOR_LAST_SUCCESS = Family("volcano_watchdog_collector_last_success_timesta
 COLLECTOR_ERRORS = Family("volcano_watchdog_collector_errors_total", "Failed collection rounds or responses.", C,
                           COUNTER)
 COLLECTOR_SAMPLES = Family("volcano_watchdog_collector_samples_total", "Usage samples collected.", C, COUNTER)
+GPU_SHARE_PROBLEMS = Family(
+    "volcano_watchdog_gpu_share_problems_total",
+    "Bad input met while computing physical GPUs of shared-GPU requests and nodes (docs/gpu-sharing.md), by kind: "
+    + ", ".join(PROBLEM_KINDS) + ". A fallback was used (logged once per kind).", ("problem",), COUNTER)
 DATABASE_UP = Family("volcano_watchdog_database_up", "1 when this scrape could read the database.", ())
 READY = Family("volcano_watchdog_ready", "1 when the watchdog is ready (caches synced, database migrated).", ())
 BUILD_INFO = Family("volcano_watchdog_build_info", "Version of the watchdog (1).", ("version", "python_version"))
@@ -127,10 +132,17 @@ DEAD_LETTERS = Family("volcano_watchdog_notification_dead_letters",
 FAMILIES = (ALERTS, REC_CPU, REC_MEMORY, REC_CONFIDENCE, JOB_EFFICIENCY, WASTED_CORE, WASTED_MEMORY, WASTED_GPU,
             QUEUE_COST,
             COLLECTOR_ENABLED, COLLECTOR_UP, COLLECTOR_LAST_SUCCESS, COLLECTOR_ERRORS, COLLECTOR_SAMPLES,
-            DATABASE_UP, READY, BUILD_INFO, LEADER, NOTIFICATIONS, OUTBOX_PENDING, OUTBOX_OLDEST, DEAD_LETTERS,
+            DATABASE_UP, GPU_SHARE_PROBLEMS, READY, BUILD_INFO, LEADER, NOTIFICATIONS, OUTBOX_PENDING, OUTBOX_OLDEST,
+            DEAD_LETTERS,
             CAPABILITY_TARGET, CAPABILITY_UPDATES, OOM_RESUBMISSIONS, JOB_GPU_IDLE, JOB_GPU_STATE, GPU_IDLE_ABORTS,
             DCGM_LABEL_STYLE, NODE_STRANDED_GPUS, *HYPERNODE_TOPOLOGY, *EXPECTED_START,
             BACKFILL_WORKLOADS, BACKFILL_SAMPLES, BACKFILL_ERRORS)
+
+
+def _gpu_share_problems() -> list[str]:
+    """Every kind, 0 until met, so a rate() over the counter starts from the watchdog's start."""
+    met = share_problems()
+    return [GPU_SHARE_PROBLEMS.line((kind,), met.get(kind, 0)) for kind in PROBLEM_KINDS]
 
 
 def _section(family: Family, lines: list[str]) -> str:
@@ -340,6 +352,7 @@ def render_metrics(session: Session, health: Health, now: datetime,
     leader = _callback(health.leader, "leadership", False)
     parts += [_section(LEADER, [LEADER.line((), int(bool(leader)))]),
               _section(DATABASE_UP, [DATABASE_UP.line((), database_up)]),
+              _section(GPU_SHARE_PROBLEMS, _gpu_share_problems()),
               _section(READY, [READY.line((), int(ready))]),
               _section(BUILD_INFO, [BUILD_INFO.line((version(), platform.python_version()), 1)])]
     log.debug("/metrics rendered in %.1f ms", (time.perf_counter() - started) * 1000)

@@ -16,6 +16,8 @@ from sqlalchemy import Engine
 from sqlalchemy.orm import Session
 
 from tests.watchdog.views.test_api import NOW, insert, make_alert, make_run, rec
+from volcano_monitor.core.gpushare import PROBLEM_KINDS, physical_gpus, reset_problems
+from volcano_monitor.core.model import parse_pod
 from volcano_monitor.watchdog.config import Settings
 from volcano_monitor.watchdog.findings.recommendations import book as recommend
 from volcano_monitor.watchdog.state.db.engine import make_engine
@@ -137,9 +139,14 @@ def test_recommendation_gauges(engine: Engine) -> None:
     assert pick(series, "volcano_watchdog_database_up") == {(): 1}
 
 
+# Families the watchdog serves under the names DESIGN's catalogue gives them (the exporter cannot compute them:
+# they need every pod and Node, which a sharded exporter does not have).
+CATALOGUE_NAMES = {"volcano_hypernode_free_gpus", "volcano_hypernode_largest_gang_gpus"}
+
+
 def test_every_family_is_named_by_the_conventions() -> None:
     for family in FAMILIES:
-        assert family.name.startswith("volcano_watchdog_")
+        assert family.name.startswith("volcano_watchdog_") or family.name in CATALOGUE_NAMES, family.name
         assert family.name.endswith("_total") == (family.type == "counter"), family.name
         assert not family.name.startswith("volcano_queue_") and not family.name.startswith("volcano_job_")
 
@@ -193,3 +200,22 @@ def test_job_efficiency_is_capped_to_the_names_that_finished_last(engine: Engine
     series = pick(parse(render(engine)), "volcano_watchdog_job_efficiency_ratio")
     assert {dict(key)["job_name"]: value for key, value in series.items()} == {
         "job-9": 0.5, "job-0": 0.0, "job-1": 0.01}
+
+
+def test_gpu_share_problems_are_counted_on_metrics_by_kind(engine: Engine) -> None:
+    """A vGPU request with a percentage over 100 is parsed with a fallback and counted: every kind is a series
+    from the start (0 until met), the bad one goes up each time such a pod is parsed."""
+    reset_problems()
+    before = parse(render(engine))
+    assert {dict(k)["problem"] for name, k in before if name == "volcano_watchdog_gpu_share_problems_total"} == \
+        set(PROBLEM_KINDS)
+    assert all(v == 0 for (name, _), v in before.items() if name == "volcano_watchdog_gpu_share_problems_total")
+    bad = {"metadata": {"name": "p", "namespace": "a", "uid": "u"}, "spec": {"containers": [{"name": "c", "resources": {
+        "limits": {"nvidia.com/gpu": "1", "nvidia.com/gpucores": "250"}}}]}}
+    pod = parse_pod(bad)
+    assert 0 < physical_gpus(pod.requests) <= 1  # a fallback, not 2.5 cards
+    after = parse(render(engine))
+    counted = {dict(k)["problem"]: v for (name, k), v in after.items()
+               if name == "volcano_watchdog_gpu_share_problems_total" and v}
+    assert len(counted) == 1 and list(counted.values()) == [1]
+    assert "# TYPE volcano_watchdog_gpu_share_problems_total counter" in render(engine)
