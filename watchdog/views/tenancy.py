@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Callable, Iterable
+from concurrent.futures import ThreadPoolExecutor
 
 from fastapi import FastAPI, HTTPException, Request
 from sqlalchemy import Engine, distinct, select, union
@@ -32,6 +33,7 @@ log = logging.getLogger(__name__)
 
 UNAUTHENTICATED = "a valid bearer token (or a trusted proxy's user header) is required"
 UNAVAILABLE = "the Kubernetes API server could not review the caller; try again shortly"
+REVIEWS_AT_ONCE = 8  # SubjectAccessReviews in flight for one caller's first look (the API server is shared)
 CLUSTER_WIDE = "this page needs permission to list Volcano jobs in every namespace"
 # Reads that stay open in every mode: probes, Prometheus' scrape (protect it with a NetworkPolicy, as the
 # exporter's), the OpenAPI document and its pages (they describe routes, not data).
@@ -102,12 +104,16 @@ class Tenancy:
         found, scope = self.scopes.get(who)
         if found:
             return scope
-        assert self.reviews is not None
+        reviews = self.reviews
+        assert reviews is not None
         try:
-            if self.reviews.allowed(who, ""):
+            if reviews.allowed(who, ""):
                 scope = None
-            else:
-                scope = frozenset(n for n in sorted(self.namespaces()) if self.reviews.allowed(who, n))
+            else:  # a first look at many namespaces: a few reviews at a time, not one after another
+                names = sorted(self.namespaces())
+                with ThreadPoolExecutor(max_workers=max(1, min(REVIEWS_AT_ONCE, len(names)))) as pool:
+                    answers = list(pool.map(lambda name: reviews.allowed(who, name), names))
+                scope = frozenset(name for name, yes in zip(names, answers, strict=True) if yes)
         except ReviewUnavailable as exc:
             log.warning("SubjectAccessReview failed: %s", exc)
             raise HTTPException(503, UNAVAILABLE) from None
