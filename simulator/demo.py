@@ -66,6 +66,10 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--prometheus-port", type=int, default=9090)
     parser.add_argument("--alertmanager-port", type=int, default=9093)
     parser.add_argument("--speed", default="10", help="scenario speed (see volcano-sim --help)")
+    parser.add_argument("--volcano-release", default="v1.12",
+                        help="the Volcano release the simulated cluster serves (see volcano-sim --help); v1.12 is the "
+                             "release of the recordings and the first with HyperNodes, so the fragmentation panels "
+                             "have data")
     args = parser.parse_args(argv)
     workdir = Path(args.dir).resolve()
     kubeconfig = workdir / "kubeconfig"
@@ -83,6 +87,7 @@ def main(argv: list[str] | None = None) -> int:
                            ready_url=chat_url + "/messages")
         stack.start_python("volcano-sim", "volcano_monitor.simulator.cli", "--listen", f"127.0.0.1:{args.sim_port}",
                            "--kubeconfig-out", str(kubeconfig), "--speed", args.speed, "--scenario", "demo",
+                           "--volcano-release", args.volcano_release,
                            ready_url=sim_url + "/healthz")
         stack.start_python("volcano-exporter", "volcano_monitor.exporter.cli", "--kubeconfig", str(kubeconfig),
                            "--listen", f"127.0.0.1:{args.exporter_port}", ready_url=exporter_url + "/readyz")
@@ -117,7 +122,7 @@ volcano-monitor demo is running (logs and configs in {workdir}/). Ctrl-C stops e
 
   web UI              {watchdog_url}/   (open this first: jobs, why they wait, alerts, queues, recommendations)
 
-  simulated cluster   {sim_url}   (scenario 'demo' at {args.speed}x: 'default' plus a GPU node held hostage)
+  simulated cluster   {sim_url}   (Volcano {args.volcano_release}, scenario 'demo' at {args.speed}x)
     kubectl --kubeconfig {kubeconfig} get vcjob,podgroup,queue -A
     curl -s {sim_url}/metrics | head            # cAdvisor/DCGM-style usage
 
