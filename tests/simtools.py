@@ -2,8 +2,9 @@
 
 from __future__ import annotations
 
+import contextlib
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -49,3 +50,21 @@ class FakeClock:
 
     def __call__(self) -> float:
         return self.t
+
+
+@contextlib.contextmanager
+def serving_exporter(sim: SimulatorThread, directory: Path) -> Iterator[str]:
+    """A real exporter watching `sim` with its /metrics on a free port: host:port, once it has synced."""
+    from volcano_monitor.exporter.app import Exporter
+    from volcano_monitor.exporter.server import make_server, serve_in_background
+
+    running = Exporter(client_for(sim, directory)).start()
+    server = make_server(running, "127.0.0.1", 0)
+    serve_in_background(server)
+    try:
+        wait_for(running.ready, timeout=10)
+        yield f"127.0.0.1:{server.server_address[1]}"
+    finally:
+        server.shutdown()
+        server.server_close()
+        running.stop()

@@ -32,9 +32,10 @@ or NVML; a container that never touched its vGPU has no series (HAMi #281). It i
 
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass
 from typing import Any
+
+from volcano_monitor.watchdog.sources.label_style import busiest_style
 
 LEGACY, CURRENT, EXPORTED = "legacy", "current", "exported"
 
@@ -97,15 +98,4 @@ def style_query() -> str:
 
 def read_style(data: Any) -> str | None:
     """The style with more series in `style_query`'s answer; None when Prometheus has no HAMi series."""
-    counts: dict[str, float] = {}
-    result = data.get("result") if isinstance(data, dict) else None
-    for series in result if isinstance(result, list) else []:
-        try:
-            style, value = series["metric"]["style"], float(series["value"][1])
-        except (KeyError, TypeError, ValueError, IndexError):
-            continue
-        if style in STYLES and math.isfinite(value) and value > 0:
-            counts[style] = value
-    if not counts:
-        return None
-    return max(sorted(counts), key=lambda style: counts[style])
+    return busiest_style(data, STYLES)

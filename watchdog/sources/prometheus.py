@@ -31,7 +31,7 @@ import logging
 import math
 import time
 from collections import Counter
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Collection, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -39,6 +39,7 @@ import httpx
 import orjson
 
 from volcano_monitor.watchdog.sources import hami
+from volcano_monitor.watchdog.sources.label_style import busiest_style
 from volcano_monitor.watchdog.sources.settings import PrometheusSource
 from volcano_monitor.watchdog.sources.shared_gpus import GpuUse, ShareLookup, from_dcgm, from_hami
 from volcano_monitor.watchdog.state.samples import UsageSample
@@ -155,18 +156,7 @@ def style_query() -> str:
 
 def read_style(data: Any) -> str | None:
     """The style with more series in `style_query`'s answer; None when there is no DCGM series at all."""
-    counts: dict[str, float] = {}
-    result = data.get("result") if isinstance(data, dict) else None
-    for series in result if isinstance(result, list) else []:
-        try:
-            style, value = series["metric"]["style"], float(series["value"][1])
-        except (KeyError, TypeError, ValueError, IndexError):
-            continue
-        if style in DCGM_LABELS and math.isfinite(value) and value > 0:
-            counts[style] = value
-    if not counts:
-        return None
-    return max(sorted(counts), key=lambda style: counts[style])
+    return busiest_style(data, DCGM_LABELS)
 
 
 def read_cards(data: Any, labels: Sequence[str]) -> tuple[dict[tuple[str, ...], float], int]:
@@ -209,10 +199,9 @@ class PrometheusCollector:
         self.queries = [cpu_query(settings.rate_window, namespaces), memory_query(namespaces)]
         # The DCGM label style: configured, or (auto) detected; None while auto has seen no DCGM series.
         self.dcgm_style: str | None = None if settings.dcgm_labels == "auto" else settings.dcgm_labels
-        self._rounds_since_style = 0
         # HAMi's naming style, the same way; and each pod's physical GPUs (None: every card counts as whole).
         self.hami_style: str | None = None if settings.hami_metrics == "auto" else settings.hami_metrics
-        self._rounds_since_hami_style = 0
+        self._rounds_since: Counter[str] = Counter()  # collection rounds since each style was last asked
         self.shares = shares
         # Health, read by the watchdog's self-metrics.
         self.errors: Counter[str] = Counter()
@@ -256,42 +245,38 @@ class PrometheusCollector:
         return hami.members_query(style, namespace_matcher(self.namespaces, hami.STYLES[style].labels[0]))
 
     def _detect_style(self, now: float, failures: list[str]) -> bool:
-        """`auto`: which label style the DCGM series have, asked while unknown and every REDETECT_ROUNDS.
-        False when Prometheus cannot be reached (the round's other queries would only time out too)."""
-        if self.settings.dcgm_labels != "auto":
-            return True
-        self._rounds_since_style += 1
-        if self.dcgm_style is not None and self._rounds_since_style < REDETECT_ROUNDS:
-            return True
-        try:
-            found = read_style(self.query(style_query(), now))
-        except QueryError as exc:
-            self.errors[exc.cause] += 1
-            failures.append(f"dcgm_style: {exc}")
-            return exc.cause != "connection"
-        self._rounds_since_style = 0
-        if found is not None and found != self.dcgm_style:
-            log.info("DCGM series are labelled in the %s style (%s)", found, ", ".join(DCGM_LABELS[found]))
-        self.dcgm_style = found or self.dcgm_style
-        return True
+        """`auto`: which label style the DCGM series have (`dcgm_style`)."""
+        return self._detect("dcgm_style", self.settings.dcgm_labels, style_query(), DCGM_LABELS,
+                            lambda found: f"DCGM series are labelled in the {found} style "
+                                          f"({', '.join(DCGM_LABELS[found])})", now, failures)
 
     def _detect_hami_style(self, now: float, failures: list[str]) -> bool:
-        """`auto`: which of HAMi's naming styles Prometheus holds, as `_detect_style` does for DCGM."""
-        if self.settings.hami_metrics != "auto":
+        """`auto`: which of HAMi's naming styles Prometheus holds (`hami_style`)."""
+        return self._detect("hami_style", self.settings.hami_metrics, hami.style_query(), hami.STYLES,
+                            lambda found: f"HAMi's vGPU series use the {found} names ({hami.STYLES[found].util})",
+                            now, failures)
+
+    def _detect(self, attribute: str, mode: str, promql: str, known: Collection[str],
+                describe: Callable[[str], str], now: float, failures: list[str]) -> bool:
+        """Set `attribute` to the style Prometheus holds, asked while unknown and every REDETECT_ROUNDS (a
+        configured style, not `auto`, is never asked). False when Prometheus cannot be reached (the round's
+        other queries would only time out too)."""
+        if mode != "auto":
             return True
-        self._rounds_since_hami_style += 1
-        if self.hami_style is not None and self._rounds_since_hami_style < REDETECT_ROUNDS:
+        self._rounds_since[attribute] += 1
+        current: str | None = getattr(self, attribute)
+        if current is not None and self._rounds_since[attribute] < REDETECT_ROUNDS:
             return True
         try:
-            found = hami.read_style(self.query(hami.style_query(), now))
+            found = busiest_style(self.query(promql, now), known)
         except QueryError as exc:
             self.errors[exc.cause] += 1
-            failures.append(f"hami_style: {exc}")
+            failures.append(f"{attribute}: {exc}")
             return exc.cause != "connection"
-        self._rounds_since_hami_style = 0
-        if found is not None and found != self.hami_style:
-            log.info("HAMi's vGPU series use the %s names (%s)", found, hami.STYLES[found].util)
-        self.hami_style = found or self.hami_style
+        self._rounds_since[attribute] = 0
+        if found is not None and found != current:
+            log.info("%s", describe(found))
+        setattr(self, attribute, found or current)
         return True
 
     def _devices(self, name: str, promql: str, labels: Sequence[str], now: float,

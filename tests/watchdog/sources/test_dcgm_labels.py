@@ -20,10 +20,8 @@ import yaml
 
 from tests.exporter.test_prometheus import Prometheus, poll, prometheus_binary
 from tests.promql import ROOT
-from tests.simtools import client_for, wait_for
+from tests.simtools import serving_exporter
 from volcano_monitor.dashboards.common import GPU_UTIL
-from volcano_monitor.exporter.app import Exporter
-from volcano_monitor.exporter.server import make_server, serve_in_background
 from volcano_monitor.simulator.runtime import SimulatorThread
 from volcano_monitor.watchdog.sources.prometheus import EXPORTED_STYLE, NAMESPACE_STYLE, PrometheusCollector
 from volcano_monitor.watchdog.sources.settings import PrometheusSource
@@ -53,16 +51,8 @@ def sim() -> Iterator[SimulatorThread]:
 @pytest.fixture(scope="module")
 def exporter(sim: SimulatorThread, tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
     """The exporter watching the simulated cluster (volcano_pod_info for the rule's join), host:port."""
-    running = Exporter(client_for(sim, tmp_path_factory.mktemp("exporter"))).start()
-    server = make_server(running, "127.0.0.1", 0)
-    serve_in_background(server)
-    try:
-        wait_for(running.ready, timeout=10)
-        yield f"127.0.0.1:{server.server_address[1]}"
-    finally:
-        server.shutdown()
-        server.server_close()
-        running.stop()
+    with serving_exporter(sim, tmp_path_factory.mktemp("exporter")) as target:
+        yield target
 
 
 def _prefix(pod: str) -> str:

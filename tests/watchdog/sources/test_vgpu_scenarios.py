@@ -27,10 +27,8 @@ from sqlalchemy import Engine
 
 from tests.exporter.test_prometheus import Prometheus, poll, prometheus_binary
 from tests.promql import ROOT
-from tests.simtools import client_for, wait_for
+from tests.simtools import serving_exporter
 from tests.watchdog.harness import fast_settings, runs, start_watchdog
-from volcano_monitor.exporter.app import Exporter
-from volcano_monitor.exporter.server import make_server, serve_in_background
 from volcano_monitor.simulator.runtime import SimulatorThread
 from volcano_monitor.watchdog.sources.prometheus import PrometheusCollector
 from volcano_monitor.watchdog.state.db.engine import make_engine
@@ -53,16 +51,8 @@ def scenario(request: pytest.FixtureRequest) -> Iterator[tuple[str, SimulatorThr
 @pytest.fixture
 def exporter(scenario: tuple[str, SimulatorThread], tmp_path: Path) -> Iterator[str]:
     """The exporter watching the simulated cluster (volcano_pod_info for the alert rule's join), host:port."""
-    running = Exporter(client_for(scenario[1], tmp_path / "exporter")).start()
-    server = make_server(running, "127.0.0.1", 0)
-    serve_in_background(server)
-    try:
-        wait_for(running.ready, timeout=10)
-        yield f"127.0.0.1:{server.server_address[1]}"
-    finally:
-        server.shutdown()
-        server.server_close()
-        running.stop()
+    with serving_exporter(scenario[1], tmp_path / "exporter") as target:
+        yield target
 
 
 def _job(name: str) -> str:
