@@ -13,6 +13,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from volcano_monitor.core.gpushare import PHYSICAL_GPU
 from volcano_monitor.core.model import Node, Pod
 from volcano_monitor.watchdog.actions.capability.settings import DemandPolicy, SharePolicy, demand_kind
 
@@ -67,7 +68,8 @@ def percentile(values: Sequence[float], q: float) -> float:
 
 def pending_requests(pods: Iterable[Pod], queue: str, group_queues: Mapping[tuple[str, str], str]) -> dict[str, float]:
     """Requests of the queue's Pending pods that no node holds yet (a bound pod already counts as
-    allocated). A pod without a queue label is attributed through its PodGroup (`group_queues`)."""
+    allocated). A pod without a queue label is attributed through its PodGroup (`group_queues`). In the
+    Queue's own units: the derived `physical-gpu` (core.gpushare) is no resource a capability can name."""
     totals: dict[str, float] = {}
     for pod in pods:
         if pod.phase != "Pending" or pod.node_name:
@@ -76,7 +78,8 @@ def pending_requests(pods: Iterable[Pod], queue: str, group_queues: Mapping[tupl
         if owner != queue:
             continue
         for name, amount in pod.requests:
-            totals[name] = totals.get(name, 0.0) + amount
+            if name != PHYSICAL_GPU:
+                totals[name] = totals.get(name, 0.0) + amount
     return totals
 
 
