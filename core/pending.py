@@ -23,9 +23,9 @@ explanation is computed here, in this order, the first that holds wins:
    `allocated`: the walk would blame its queue wrongly, so it is skipped.
 5. `topology_fragmented`: a gang whose PodGroup asks `networkTopology` mode `hard` (highestTierAllowed N,
    or highestTierName) would fit the cluster's free GPUs spread over all nodes, but inside no HyperNode of
-   tier <= N (`core.topology.topology_verdict`). Only a caller that knows the nodes and HyperNodes can say
-   it (the watchdog; not the exporter, which watches no nodes): `with_topology` puts it in place of the
-   reasons below it.
+   tier <= N (`core.topology.topology_verdict`). Only a caller that knows the nodes, HyperNodes and every pod
+   can say it (the watchdog; an unsharded exporter, exporter/topology.py): `with_topology` puts it in place
+   of the reasons below it.
 6. `unschedulable`: the scheduler's `Unschedulable` condition (reason and message as it wrote them,
    e.g. `NotEnoughResources`).
 7. `waiting`: none of the above (not seen by the scheduler yet, or pods being created).
@@ -60,8 +60,8 @@ REASONS: dict[str, str] = {
     CLUSTER_TOO_SMALL: "the cluster's allocatable is below the gang's minResources, it never fits",
     CLUSTER_FULL: "the cluster's allocated plus the gang's minResources exceed its allocatable",
     TOPOLOGY_FRAGMENTED: "a hard network-topology gang fits the cluster's free GPUs but no HyperNode of an "
-                         "allowed tier (only the watchdog's /why and GangUnschedulable say it: "
-                         "the exporter watches no nodes)",
+                         "allowed tier (the watchdog's /why and GangUnschedulable; the exporter only when neither "
+                         "sharded nor limited to namespaces, judged every ~10 s)",
     UNSCHEDULABLE: "the scheduler's Unschedulable PodGroup condition, e.g. NotEnoughResources",
     WAITING: "none of the above, e.g. not seen by the scheduler yet or pods being created",
 }

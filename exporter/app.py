@@ -20,7 +20,8 @@ from kubernetes import client
 from volcano_monitor.core.backoff import Backoff
 from volcano_monitor.core.containers import parse_containers
 from volcano_monitor.core.eviction import about_eviction
-from volcano_monitor.core.kinds import parse_cronjob, parse_hypernode, parse_jobflow
+from volcano_monitor.core.hypertree import HyperNodeSpec, parse_hypernode_spec
+from volcano_monitor.core.kinds import HyperNode, parse_cronjob, parse_hypernode, parse_jobflow
 from volcano_monitor.core.kube import informer as inf
 from volcano_monitor.core.kube.informer import Informer
 from volcano_monitor.core.kube.resources import (
@@ -29,13 +30,24 @@ from volcano_monitor.core.kube.resources import (
     HYPERNODES,
     JOBFLOWS,
     JOBS,
+    OPTIONAL_NODES,
     PODGROUPS,
     PODS,
     PRIORITYCLASSES,
     QUEUES,
     ResourceKind,
 )
-from volcano_monitor.core.model import Job, Pod, PodGroup, Queue, parse_job, parse_pod, parse_podgroup, parse_queue
+from volcano_monitor.core.model import (
+    Job,
+    Pod,
+    PodGroup,
+    Queue,
+    parse_job,
+    parse_node,
+    parse_pod,
+    parse_podgroup,
+    parse_queue,
+)
 from volcano_monitor.core.podview import is_volcano_pod
 from volcano_monitor.core.queueorder import parse_priority_class
 from volcano_monitor.exporter import selfmetrics
@@ -43,6 +55,7 @@ from volcano_monitor.exporter.cardinality import DEFAULTS, Options
 from volcano_monitor.exporter.rows import Deflated, deflate, gzip_stream
 from volcano_monitor.exporter.sharding import owns, raw_uid
 from volcano_monitor.exporter.store import ExporterStore
+from volcano_monitor.exporter.topology import NodeView, node_view
 
 # An optional informer in one of these states has its answer: the kind is not served, or not granted.
 _SETTLED_STATES = (inf.NOT_FOUND, inf.FORBIDDEN)
@@ -58,8 +71,13 @@ class Exporter:
     def __init__(self, api: client.ApiClient, namespaces: Sequence[str] = (), shard: int = 0, total_shards: int = 1,
                  backoff_base: float = 0.5, backoff_cap: float = 30.0, forbidden_retry_seconds: float = 60.0,
                  watch_timeout_seconds: int = 300, options: Options = DEFAULTS) -> None:
-        self.store = ExporterStore(emit_queues=shard == 0, options=options)
+        # topology_fragmented needs every pod on the nodes: only an exporter that is neither sharded nor
+        # limited to some namespaces says it (exporter/topology.py).
+        whole = total_shards == 1 and not namespaces
+        self.store = ExporterStore(emit_queues=shard == 0, options=options, topology=whole)
         self.informers: list[Informer[Any]] = []
+        self._lock = threading.Lock()  # the informer list against the Nodes informer added later
+        self._running = False
         self.optional: list[Informer[Any]] = []  # not waited for by /readyz (events: an older RBAC lacks them)
         self._scrape_seconds = 0.0
         self._scrapes = 0
@@ -111,16 +129,38 @@ class Exporter:
         for kind, parse in ((CRONJOBS, parse_cronjob), (JOBFLOWS, parse_jobflow)):
             add(kind, parse, functools.partial(self.store.on_other, kind.plural),
                 (lambda raw: mine(raw_uid(raw))) if total_shards > 1 else None)
-        if shard == 0:
+        self._add = add
+        if whole:  # HyperNodes with their members, for topology_fragmented
+            add(HYPERNODES, _hypernode_views, self._on_hypernode, None)
+        elif shard == 0:
             add(HYPERNODES, parse_hypernode, functools.partial(self.store.on_other, HYPERNODES.plural), None)
 
+    def _on_hypernode(self, event_type: str, views: tuple[HyperNode, HyperNodeSpec]) -> None:
+        """An unsharded exporter's HyperNode: its rows, and its members; the first one starts the Nodes
+        informer (none runs on a cluster without HyperNodes)."""
+        self.store.on_other(HYPERNODES.plural, event_type, views[0])
+        if not self.store.on_hypernode_spec(event_type, views[1]):
+            return
+        with self._lock:
+            self._add(OPTIONAL_NODES, _node_view, self.store.on_node, None, required=False)
+            nodes = self.informers[-1]
+            self.store.topology.nodes_listed = nodes.synced.is_set
+            if self._running:
+                nodes.start()
+
     def start(self) -> Exporter:
-        for informer in self.informers:
+        with self._lock:
+            self._running = True
+            informers = list(self.informers)
+        for informer in informers:
             informer.start()
         return self
 
     def stop(self) -> None:
-        for informer in self.informers:
+        with self._lock:
+            self._running = False
+            informers = list(self.informers)
+        for informer in informers:
             informer.stop()
 
     def ready(self) -> bool:
@@ -173,6 +213,14 @@ class Exporter:
     def scrape(self) -> bytes:
         """The whole body at once (tests and tools; the server streams `scrape_chunks`)."""
         return b"".join(self.scrape_chunks())
+
+
+def _hypernode_views(raw: Any) -> tuple[HyperNode, HyperNodeSpec]:
+    return parse_hypernode(raw), parse_hypernode_spec(raw)
+
+
+def _node_view(raw: Any) -> NodeView:
+    return node_view(parse_node(raw))
 
 
 def pod_transform(options: Options, compat: bool) -> Callable[[Any], Pod]:

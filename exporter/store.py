@@ -25,6 +25,7 @@ from typing import Any
 from volcano_monitor.core.containers import NO_CONTAINERS
 from volcano_monitor.core.eviction import EvictionEvent, parse_eviction_event
 from volcano_monitor.core.exposition import Family, escape
+from volcano_monitor.core.hypertree import HyperNodeSpec
 from volcano_monitor.core.kinds import CronJob, HyperNode, JobFlow
 from volcano_monitor.core.kube.informer import DELETED
 from volcano_monitor.core.model import Job, Pod, PodGroup, Queue
@@ -43,6 +44,7 @@ from volcano_monitor.exporter.families import pod as pod_families
 from volcano_monitor.exporter.families import podgroup as podgroup_families
 from volcano_monitor.exporter.families import queue as queue_families
 from volcano_monitor.exporter.rows import Deflated, Rows, Stale, deflate, gzip_stream
+from volcano_monitor.exporter.topology import NodeView, Topology
 from volcano_monitor.exporter.waiting import WaitingJobs
 
 log = logging.getLogger(__name__)
@@ -64,9 +66,10 @@ def _key(namespace: str, name: str) -> str:
 
 class ExporterStore:
     def __init__(self, emit_queues: bool = True, options: Options = DEFAULTS,
-                 observe_since: float | None = None) -> None:
+                 observe_since: float | None = None, topology: bool = False) -> None:
         """`observe_since`: only transitions newer than this (Unix time; default now, the process start)
-        go into the histograms and counters, so that a restarted exporter never counts one twice."""
+        go into the histograms and counters, so that a restarted exporter never counts one twice.
+        `topology`: this exporter sees every pod (unsharded) and may say `topology_fragmented`."""
         self.lock = threading.Lock()
         self.emit_queues = emit_queues
         self.options = options
@@ -105,6 +108,9 @@ class ExporterStore:
         self._queue_parents: dict[str, str] = {}
         self._queue_allocated: dict[str, Resources] = {}
         self.others = {name: Rows(families, served=served) for name, (families, _) in OTHER_KINDS.items()}
+        self.topology = Topology(topology)  # idle (no per-pod work) until a HyperNode is seen
+        if topology:
+            self.waiting.judge = self.topology.judge
 
     # ---- event handlers (informer threads) --------------------------------------------------------------
 
@@ -138,6 +144,10 @@ class ExporterStore:
         with self.lock:
             before = self._pod_state.get(key)
             self._apply_pod(event_type, key, pod)
+            if self.topology.active:
+                after = self._pod_state.get(key)
+                self.topology.on_pod(before[0] if before is not None else None,
+                                     after[0] if after is not None else None)
             if pod.disruption or event_type == DELETED:
                 state = self._pod_state.get(key) or before
                 self.evictions.on_pod(pod, state[1].queue if state is not None else pod.queue,
@@ -288,6 +298,20 @@ class ExporterStore:
                 return
             if rows.any:  # else every family of the kind is denied: nothing to render
                 rows.put(key, OTHER_KINDS[resource][1](view))
+
+    def on_hypernode_spec(self, event_type: str, spec: HyperNodeSpec) -> bool:
+        """A HyperNode's members, for `topology_fragmented` (unsharded only). True when it is the first one:
+        the app then starts its Nodes informer."""
+        with self.lock:
+            return self.topology.on_hypernode(spec, event_type == DELETED,
+                                              lambda: [pod for pod, _ in self._pod_state.values()])
+
+    def on_node(self, event_type: str, node: NodeView) -> None:
+        """A Node (its informer runs only once a HyperNode was seen, in an unsharded exporter)."""
+        with self.lock:
+            if node.problems and event_type != DELETED:
+                self.parse_problems["nodes"] += len(node.problems)
+            self.topology.on_node(node, event_type == DELETED)
 
     # ---- internals (lock held) -------------------------------------------------------------------------
 

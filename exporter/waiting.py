@@ -14,6 +14,10 @@ leaving or moving, its sort key changing; a job of this shard starting or stoppi
 re-ranks just those queues once, however many events came since the last scrape, and rewrites only
 the rows whose position moved. A PodGroup's status churn (conditions rewritten every second) changes
 no sort key and marks nothing.
+
+An unsharded exporter that has seen a HyperNode also says `topology_fragmented` (`core.pending.with_topology`,
+in place of `unschedulable`/`waiting` only): `judge` (exporter/topology.py) gives the waiting hard-topology
+groups found fragmented, at most every ~10 s from `refresh`, and only the rows whose verdict changed are redone.
 """
 
 from __future__ import annotations
@@ -32,12 +36,16 @@ from volcano_monitor.core.pending import (
     job_waiting,
     verdict,
     verdict_key,
+    with_topology,
 )
 from volcano_monitor.core.queueorder import Priorities, PriorityClass, SortKey, sort_key
 from volcano_monitor.exporter.cardinality import FamilyFilter
 from volcano_monitor.exporter.families import job as job_families
 from volcano_monitor.exporter.families import queue as queue_families
 from volcano_monitor.exporter.rows import Rows
+
+# (waiting hard-topology groups) -> the fragmented ones with their message, or None: not judged this time
+Judge = Callable[[list[tuple[tuple[str, str], PodGroup]]], dict[tuple[str, str], str] | None]
 
 GroupKey = tuple[str, str]  # (namespace, podgroup name)
 PODGROUP_PREFIX = "podgroup:"  # row keys of PodGroups explained without a Volcano Job
@@ -79,6 +87,10 @@ class WaitingJobs:
         # called missing (the Job informer may list before the Queue one).
         self.queues_listed: Callable[[], bool] = lambda: True
         self._listed = False
+        # topology_fragmented (exporter/topology.py; unsharded only): set by the store when it may say it
+        self.judge: Judge | None = None
+        self._hard: set[GroupKey] = set()  # waiting groups with a hard networkTopology
+        self._fragmented: dict[GroupKey, str] = {}  # the ones judged fragmented, with the message
 
     # ---- events ------------------------------------------------------------------------------------------
 
@@ -103,9 +115,16 @@ class WaitingJobs:
         if group is not None and group_waiting(group):
             self.waiting_groups[group_key] = group
             self._enter(group_key, group)
+            if group.network_topology is not None and group.network_topology.mode == "hard":
+                self._hard.add(group_key)
+            else:
+                self._hard.discard(group_key)
+                self._fragmented.pop(group_key, None)
         else:
             self.waiting_groups.pop(group_key, None)
             self._leave(group_key)
+            self._hard.discard(group_key)
+            self._fragmented.pop(group_key, None)
         job_key = self._job_of_group.get(group_key)
         if job_key is not None:
             self._explain_job(job_key)
@@ -148,6 +167,8 @@ class WaitingJobs:
         message, with live amounts, is the watchdog API's: the rows need not follow every placement)."""
         if self._dirty_queues:
             self._rank()
+        if self.judge is not None and self._hard:
+            self._judge(self.judge)
         complete = self._complete()
         if not self._changed and complete:
             return
@@ -164,6 +185,23 @@ class WaitingJobs:
                     self._explain_group(key)
                 else:
                     self._explain_job(key)
+
+    def _judge(self, judge: Judge) -> None:
+        """The hard-topology groups' verdicts again (the judge says when: every ~10 s); rows redone only
+        for the groups whose verdict changed."""
+        found = judge([(key, self.waiting_groups[key]) for key in self._hard])
+        if found is None:
+            return
+        before, self._fragmented = self._fragmented, found
+        for group_key in set(before) | set(found):
+            if before.get(group_key) == found.get(group_key):
+                continue
+            job_key = self._job_of_group.get(group_key)
+            if job_key is not None:
+                self._explain_job(job_key)
+            row_key = self._own_row_of_group.get(group_key)
+            if row_key is not None:
+                self._explain_group(row_key)
 
     # ---- positions ---------------------------------------------------------------------------------------
 
@@ -274,6 +312,9 @@ class WaitingJobs:
             return
         queue = group.queue if group is not None else job.queue
         why = explain(queue, self.queues, group, job, verdicts=self._verdicts, complete=self._complete())
+        fragmented = self._fragmented.get(group_key)
+        if fragmented:
+            why = with_topology(why, fragmented)
         self._show(key, why, job.namespace, job.name, verdict_key(queue, group))
 
     def _explain_group(self, row_key: str) -> None:
@@ -282,6 +323,9 @@ class WaitingJobs:
             self._show(row_key, None)
             return
         why = explain(group.queue, self.queues, group, None, verdicts=self._verdicts, complete=self._complete())
+        fragmented = self._fragmented.get(self.own_groups[row_key])
+        if fragmented:
+            why = with_topology(why, fragmented)
         self._show(row_key, why, group.namespace, group.owner_name or group.name, verdict_key(group.queue, group))
 
     def _show(self, key: str, why: Explanation | None, namespace: str = "", job_name: str = "",

@@ -31,6 +31,8 @@ class ResourceKind:
 
 PODS = ResourceKind("", "v1", "pods", "Pod", True)
 NODES = ResourceKind("", "v1", "nodes", "Node", False)
+# Nodes as the exporter reads them (topology_fragmented, only once a HyperNode exists): an older RBAC lacks them.
+OPTIONAL_NODES = ResourceKind("", "v1", "nodes", "Node", False, optional=True)
 EVENTS = ResourceKind("", "v1", "events", "Event", True)
 JOBS = ResourceKind("batch.volcano.sh", "v1alpha1", "jobs", "Job", True)
 PODGROUPS = ResourceKind("scheduling.volcano.sh", "v1beta1", "podgroups", "PodGroup", True)

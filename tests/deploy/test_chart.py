@@ -78,8 +78,8 @@ def test_rendered_objects_pass_kubernetes_validate_strict(fixture_chart: Path, v
 # ---- RBAC -----------------------------------------------------------------------------------------------
 
 READ = ("get", "list", "watch")
-EXPORTER_RULES = (  # events: evictions and preemptions; the newer kinds where a release serves them
-    {("", r, v) for r in ("pods", "events") for v in READ} | {("batch.volcano.sh", "jobs", v) for v in READ}
+EXPORTER_RULES = (  # events: evictions and preemptions; nodes: topology_fragmented; the newer kinds where served
+    {("", r, v) for r in ("pods", "events", "nodes") for v in READ} | {("batch.volcano.sh", "jobs", v) for v in READ}
     | {("scheduling.volcano.sh", r, v) for r in ("podgroups", "queues") for v in READ}
     | {(g, r, v) for g, r in (("batch.volcano.sh", "cronjobs"), ("topology.volcano.sh", "hypernodes"),
                               ("flow.volcano.sh", "jobflows"), ("scheduling.k8s.io", "priorityclasses"))
