@@ -8,6 +8,7 @@ is authenticated:
     users:                      # bearer token -> who it is
       tok-alice: {user: alice, groups: [team-a]}
       tok-old:   {user: bob, expired: true}     # reviewed as not authenticated, "token has expired"
+      tok-narrow: {user: root, uid: "42", extra: {volcano-sim/scopes: [team-a]}}  # root's token, team-a only
     rules:                      # who may do what where (RBAC's additive rules, no denies)
       - group: team-a           # or user: alice
         namespaces: [team-a]    # "*": every namespace, and the cluster-wide question too
@@ -15,7 +16,9 @@ is authenticated:
         resources: [jobs.batch.volcano.sh]   # resource.group ("jobs" for the core group); "*": any
 
 A SubjectAccessReview without a namespace asks about every namespace: only a rule with "*" allows it, as a
-ClusterRoleBinding would. `unavailable: true` makes both endpoints answer 500 (the watchdog must say 503).
+ClusterRoleBinding would. A token whose `extra` has `volcano-sim/scopes` is narrowed to those namespaces (never
+the cluster-wide question), whatever its user's rules: a reviewer that drops `extra` sees the user's full
+rights. `unavailable: true` makes both endpoints answer 500 (the watchdog must say 503).
 """
 
 from __future__ import annotations
@@ -45,6 +48,13 @@ class User:
     name: str
     groups: tuple[str, ...] = ()
     expired: bool = False
+    uid: str = ""
+    # TokenReview's `extra`. The key SCOPES narrows the token to those namespaces, whatever the rules give its
+    # user, as scoped tokens do on real clusters: the watchdog must hand `extra` back in its access reviews.
+    extra: tuple[tuple[str, tuple[str, ...]], ...] = ()
+
+
+SCOPES = "volcano-sim/scopes"
 
 
 @dataclass(frozen=True)
@@ -81,8 +91,12 @@ class Authn:
         for token, spec in (config.get("users") or {}).items():
             if not isinstance(spec, dict) or not isinstance(spec.get("user"), str) or not spec["user"]:
                 raise ValueError(f"authn.users: the token's entry needs a user name (entry {len(users)})")
+            extra = spec.get("extra") or {}
+            if not isinstance(extra, dict):
+                raise ValueError(f"authn.users: extra must be a mapping of lists (entry {len(users)})")
             users[str(token)] = User(spec["user"], _strings(spec.get("groups"), "authn.users groups"),
-                                     bool(spec.get("expired", False)))
+                                     bool(spec.get("expired", False)), str(spec.get("uid") or ""),
+                                     tuple((str(k), _strings(v, "authn.users extra")) for k, v in extra.items()))
         rules = []
         for i, spec in enumerate(config.get("rules") or []):
             if not isinstance(spec, dict) or not (spec.get("user") or spec.get("group")):
@@ -105,7 +119,10 @@ class Authn:
             status: dict[str, Any] = {"authenticated": False,
                                       "error": "token has expired" if user else "invalid bearer token"}
         else:
-            status = {"authenticated": True, "user": {"username": user.name, "groups": list(user.groups)}}
+            status = {"authenticated": True, "user": {"username": user.name, "groups": list(user.groups),
+                                                      **({"uid": user.uid} if user.uid else {}),
+                                                      **({"extra": {k: list(v) for k, v in user.extra}}
+                                                         if user.extra else {})}}
         return 201, {"apiVersion": "authentication.k8s.io/v1", "kind": "TokenReview", "spec": {}, "status": status}
 
     def access_review(self, body: Any) -> tuple[int, dict[str, Any]]:
@@ -117,8 +134,11 @@ class Authn:
         groups = tuple(g for g in spec.get("groups") or () if isinstance(g, str))
         group = str(attrs.get("group") or "")
         resource = f"{attrs.get('resource', '')}.{group}" if group else str(attrs.get("resource", ""))
-        allowed = any(rule.allows(spec["user"], groups, str(attrs.get("namespace") or ""),
-                                  str(attrs.get("verb", "")), resource) for rule in self.rules)
+        namespace = str(attrs.get("namespace") or "")
+        extra = spec.get("extra") if isinstance(spec.get("extra"), dict) else {}
+        scopes = extra.get(SCOPES)
+        allowed = (scopes is None or (isinstance(scopes, list) and bool(namespace) and namespace in scopes)) and any(
+            rule.allows(spec["user"], groups, namespace, str(attrs.get("verb", "")), resource) for rule in self.rules)
         status = {"allowed": allowed} if allowed else {"allowed": False, "reason": "no rule allows it"}
         return 201, {"apiVersion": "authorization.k8s.io/v1", "kind": "SubjectAccessReview",
                      "spec": spec, "status": status}

@@ -58,10 +58,17 @@ class Identity:
 
     user: str
     groups: tuple[str, ...] = ()
+    # What TokenReview also says of a token and SubjectAccessReview must be told back (as kube-rbac-proxy
+    # does): a token narrowed through `extra` (scoped tokens) is otherwise judged with its user's full rights.
+    uid: str = ""
+    extra: tuple[tuple[str, tuple[str, ...]], ...] = ()
 
     @classmethod
-    def of(cls, user: str, groups: Any = ()) -> Identity:
-        return cls(user, tuple(sorted({str(g) for g in groups or () if str(g)})))
+    def of(cls, user: str, groups: Any = (), uid: Any = "", extra: Any = None) -> Identity:
+        pairs = extra.items() if isinstance(extra, dict) else ()
+        return cls(user, tuple(sorted({str(g) for g in groups or () if str(g)})), uid if isinstance(uid, str) else "",
+                   tuple(sorted((str(k), tuple(str(v) for v in values)) for k, values in pairs
+                                if isinstance(values, list))))
 
 
 class TtlCache(Generic[K, V]):
@@ -134,7 +141,8 @@ class Reviews:
                                               "spec": {"token": token}})
         user = to_object(status.get("user"))
         name = user.get("username")
-        identity = (Identity.of(name, user.get("groups") if isinstance(user.get("groups"), list) else ())
+        identity = (Identity.of(name, user.get("groups") if isinstance(user.get("groups"), list) else (),
+                                user.get("uid", ""), user.get("extra"))
                     if status.get("authenticated") is True and isinstance(name, str) and name else None)
         self.tokens.put(key, identity)
         return identity
@@ -151,7 +159,9 @@ class Reviews:
             attributes["namespace"] = namespace
         status = self._create(ACCESS_REVIEWS, {
             "apiVersion": "authorization.k8s.io/v1", "kind": "SubjectAccessReview",
-            "spec": {"user": who.user, "groups": list(who.groups), "resourceAttributes": attributes}})
+            "spec": {"user": who.user, "groups": list(who.groups), "resourceAttributes": attributes,
+                     **({"uid": who.uid} if who.uid else {}),
+                     **({"extra": {k: list(v) for k, v in who.extra}} if who.extra else {})}})
         allowed = status.get("allowed") is True and status.get("denied") is not True
         self.access.put(key, allowed)
         return allowed

@@ -244,7 +244,10 @@ def run_watchdog(settings: Settings) -> int:
                               *([capability_router(engine, capability, tenancy.cluster_wide)] if capability else []),
                               oom_router(engine, tenancy.scope)])
     log.info("serving the API on %s:%d (database %s)", host, port, display_url(engine))
-    server = QuietServer(uvicorn.Config(app, host=host, port=port, log_level="warning", access_log=False))
+    # proxy_headers off: uvicorn would otherwise take the client address from X-Forwarded-For whenever the
+    # peer is local (a sidecar, kubectl port-forward), and auth.trusted_proxies would judge a forged one.
+    server = QuietServer(uvicorn.Config(app, host=host, port=port, log_level="warning", access_log=False,
+                                        proxy_headers=False))
     for sig in (signal.SIGINT, signal.SIGTERM):  # stop serving, then flush what the worker holds
         signal.signal(sig, lambda *_: setattr(server, "should_exit", True))
     try:

@@ -17,7 +17,9 @@ from volcano_monitor.simulator.runtime import SimulatorThread
 AUTHN = {
     "users": {"tok-alice": {"user": "alice", "groups": ["team-a"]},
               "tok-root": {"user": "root", "groups": ["admins"]},
-              "tok-old": {"user": "bob", "groups": ["team-b"], "expired": True}},
+              "tok-old": {"user": "bob", "groups": ["team-b"], "expired": True},
+              "tok-narrow": {"user": "root", "groups": ["admins"], "uid": "42",
+                             "extra": {"volcano-sim/scopes": ["team-a"]}}},
     "rules": [{"group": "team-a", "namespaces": ["team-a"], "verbs": ["list"],
                "resources": ["jobs.batch.volcano.sh"]},
               {"group": "admins", "namespaces": ["*"], "verbs": ["*"], "resources": ["*"]},
@@ -103,3 +105,17 @@ def test_ttl_cache_forgets_the_oldest_beyond_its_size() -> None:
     for i, key in enumerate("abc"):
         cache.put(key, i)
     assert cache.get("a") == (False, None) and cache.get("c") == (True, 2) and len(cache) == 2
+
+
+def test_a_token_narrowed_through_extra_keeps_its_narrowing_in_access_reviews(sim: SimulatorThread,
+                                                                              api: client.ApiClient) -> None:
+    """TokenReview's uid and extra go back into every SubjectAccessReview (as kube-rbac-proxy does): root's
+    token narrowed to team-a must not read with root's rights."""
+    r = reviews(sim, api, FakeClock(0.0))
+    narrow = r.authenticate("tok-narrow")
+    assert narrow == Identity("root", ("admins",), "42", (("volcano-sim/scopes", ("team-a",)),))
+    assert narrow != r.authenticate("tok-root")  # cached apart from the same user's full token
+    assert narrow is not None
+    assert (r.allowed(narrow, "team-a"), r.allowed(narrow, "team-b"), r.allowed(narrow, "")) == (True, False, False)
+    root = r.authenticate("tok-root")
+    assert root is not None and r.allowed(root, "team-b") and r.allowed(root, "")

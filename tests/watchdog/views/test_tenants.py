@@ -121,6 +121,11 @@ def test_proxy_headers_from_an_untrusted_address_are_ignored(site: Site) -> None
     one_line_401(site.get("/api/v1/jobs", headers=spoofed))
     mine = site.get("/api/v1/jobs?limit=1000", ALICE, headers=spoofed).json()["items"]
     assert namespaces(mine) == {"team-a"}  # the token decides, not the headers
+    # A forged X-Forwarded-For naming a trusted proxy changes nothing: the peer is what the socket says (uvicorn
+    # would take the header as the client address for a local peer, a sidecar's or port-forward's).
+    for forwarded in ({"X-Forwarded-For": "192.0.2.7"}, {"Forwarded": "for=192.0.2.7"},
+                      {"X-Forwarded-For": "192.0.2.7, 127.0.0.1", "X-Real-IP": "192.0.2.7"}):
+        one_line_401(site.get("/api/v1/jobs", headers={**spoofed, **forwarded}))
 
 
 @pytest.mark.slow(30)
