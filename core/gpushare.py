@@ -40,7 +40,7 @@ from volcano_monitor.core.gpufacts import (
     share_problems,
 )
 from volcano_monitor.core.gpunodes import NO_GPUS, AllocatedDevice, NodeGpus, allocated_devices, node_gpus
-from volcano_monitor.core.podrequests import Resources, read_resource_list, res_from
+from volcano_monitor.core.podrequests import Resources, add_init_containers, read_resource_list, res_from
 
 __all__ = [
     "BASES",
@@ -273,19 +273,15 @@ def has_gpu(requests: Resources) -> bool:
     return False
 
 
-def _sum_into(total: list[float], share: ShareResult, kinds: list[str]) -> None:
-    total[0] += share.gpus
-    if share.plugin != "none":
-        kinds.append(share.plugin)
-
-
 def pod_share(spec: Mapping[str, Any], annotations: Mapping[str, Any] | None = None,
               card_memory_mib: float = 0.0, basis: Basis | None = None) -> ShareResult:
-    """Physical GPUs of a pod spec: the sum over its containers and restartable ("sidecar") init
-    containers, or its largest run-to-completion init container if that is more (Kubernetes' rule for
-    requests). Problems of the spec itself were reported by `pod_resources`; they are not repeated."""
+    """Physical GPUs of a pod spec by Kubernetes' rule for requests, the one `pod_resources` follows (the
+    same code: `add_init_containers`): max(its containers + restartable ("sidecar") init containers, each
+    run-to-completion init container + the sidecars started before it). Problems of the spec itself were
+    reported by `pod_resources`; they are not repeated."""
     ignored: list[str] = []
-    running = [0.0]
+    running = {"gpus": 0.0}
+    inits: list[tuple[dict[str, float], bool]] = []
     kinds: list[str] = []
     assumptions: list[str] = []
     problem = ""
@@ -304,14 +300,16 @@ def pod_share(spec: Mapping[str, Any], annotations: Mapping[str, Any] | None = N
             share = container_share(rq, lm, annotations, card_memory_mib, basis)
             problem = problem or share.problem
             assumptions.append(share.assumption)
-            if key == "containers" or c.get("restartPolicy") == "Always":
-                _sum_into(running, share, kinds)
-            elif share.gpus > running[0]:  # an init container runs alone (sidecars aside)
-                running[0] = share.gpus
+            if share.plugin != "none":
                 kinds.append(share.plugin)
+            if key == "containers":
+                running["gpus"] += share.gpus
+            else:
+                inits.append(({"gpus": share.gpus}, c.get("restartPolicy") == "Always"))
+    add_init_containers(running, inits)
     if not kinds:
-        return ShareResult(running[0], "none", "none", problem)
-    return ShareResult(running[0], kinds[0], "+".join(dict.fromkeys(assumptions)), problem)
+        return ShareResult(running["gpus"], "none", "none", problem)
+    return ShareResult(running["gpus"], kinds[0], "+".join(dict.fromkeys(assumptions)), problem)
 
 
 _MEMO: dict[tuple[object, ...], Resources] = {}

@@ -142,7 +142,8 @@ def _task(raw: object, i: int, probs: list[str]) -> Task:
     requests, _ = pod_resources(spec, p + "template.spec.", probs) if spec else (NO_RESOURCES, NO_RESOURCES)
     gpus = 0.0
     if requests and has_gpu(requests):  # physical GPUs of a replica (no node yet: no card memory)
-        shared = with_physical_gpu(requests, spec, obj(template, "metadata", p + "template.", probs))
+        meta = obj(template, "metadata", p + "template.", probs)
+        shared = with_physical_gpu(requests, spec, obj(meta, "annotations", p + "template.metadata.", probs))
         gpus = res_get(shared, PHYSICAL_GPU)
     return Task(
         istring(t, "name", p, probs),

@@ -16,6 +16,7 @@ from volcano_monitor.core.quantity import QuantityError, parse_quantity, parse_s
 __all__ = [
     "NO_RESOURCES",
     "Resources",
+    "add_init_containers",
     "pod_resources",
     "read_resource_list",
     "res_add",
@@ -217,25 +218,33 @@ def pod_resources(spec: Mapping[str, Any], path: str, probs: list[str]) -> tuple
 def _add_init_containers(
     spec: Mapping[str, Any], path: str, probs: list[str], reqs: dict[str, float], lims: dict[str, float]
 ) -> None:
-    init_reqs: dict[str, float] = {}
-    init_lims: dict[str, float] = {}
-    side_reqs: dict[str, float] = {}
-    side_lims: dict[str, float] = {}
+    init_reqs: list[tuple[dict[str, float], bool]] = []
+    init_lims: list[tuple[dict[str, float], bool]] = []
     for i, raw in enumerate(arr(spec, "initContainers", path, probs)):
         cpath = f"{path}initContainers[{i}]"
         c = item_obj(raw, cpath, probs)
         r, lim = _container(c, cpath + ".", probs)
-        if string(c, "restartPolicy", cpath + ".", probs) == "Always":  # sidecar: keeps running
-            _add_into(reqs, r.items())
-            _add_into(lims, lim.items())
-            _add_into(side_reqs, r.items())
-            _add_into(side_lims, lim.items())
-            _max_into(init_reqs, side_reqs)
-            _max_into(init_lims, side_lims)
+        sidecar = string(c, "restartPolicy", cpath + ".", probs) == "Always"
+        init_reqs.append((r, sidecar))
+        init_lims.append((lim, sidecar))
+    add_init_containers(reqs, init_reqs)
+    add_init_containers(lims, init_lims)
+
+
+def add_init_containers(running: dict[str, float], inits: Iterable[tuple[Mapping[str, float], bool]]) -> None:
+    """Kubernetes' rule for init containers, in place on `running` (the sum of the regular containers):
+    per resource max(regular + all restartable ("sidecar") init containers, each run-to-completion init
+    container + the sidecars started before it). `inits`: (amounts, is_sidecar) in spec order.
+
+    Shared with `core.gpushare` (physical-GPU shares follow the same rule), so the two cannot drift."""
+    peak: dict[str, float] = {}
+    sidecars: dict[str, float] = {}
+    for amounts, sidecar in inits:
+        if sidecar:  # keeps running beside everything after it
+            _add_into(running, amounts.items())
+            _add_into(sidecars, amounts.items())
         else:  # runs to completion, alongside the sidecars started before it
-            _add_into(r, side_reqs.items())
-            _add_into(lim, side_lims.items())
-            _max_into(init_reqs, r)
-            _max_into(init_lims, lim)
-    _max_into(reqs, init_reqs)
-    _max_into(lims, init_lims)
+            alone = dict(amounts)
+            _add_into(alone, sidecars.items())
+            _max_into(peak, alone)
+    _max_into(running, peak)

@@ -4,11 +4,13 @@ from __future__ import annotations
 
 import json
 import logging
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
+from typing import Any
 
 import pytest
 
 from volcano_monitor.core import gpushare
+from volcano_monitor.core.fields import EMPTY_OBJ
 from volcano_monitor.core.gpushare import (
     PHYSICAL_GPU,
     configure,
@@ -18,7 +20,7 @@ from volcano_monitor.core.gpushare import (
     share_problems,
 )
 from volcano_monitor.core.model import parse_job, parse_pod
-from volcano_monitor.core.podrequests import res_dict, res_from
+from volcano_monitor.core.podrequests import Resources, res_dict, res_from
 from volcano_monitor.core.quantity import resource_label_and_unit
 
 
@@ -231,3 +233,43 @@ def test_job_tasks_keep_raw_requests_and_the_job_sums_cards() -> None:
     assert physical_gpus(job.requests) == 1.0
     cpu_only = parse_job({"metadata": {"name": "c"}, "spec": {"tasks": [raw["spec"]["tasks"][1]]}})  # type: ignore[index]
     assert PHYSICAL_GPU not in res_dict(cpu_only.requests)
+
+
+def test_init_containers_and_sidecars_follow_kubernetes_rule() -> None:
+    """A run-to-completion init container runs beside the sidecars started *before* it only; sidecars
+    started after it add to the running total, not to the init container's peak (Kubernetes' rule)."""
+    quarter = {"nvidia.com/gpu": "1", "nvidia.com/gpucores": "25", "nvidia.com/gpumem-percentage": "25"}
+    half = {"nvidia.com/gpu": "1", "nvidia.com/gpucores": "50", "nvidia.com/gpumem-percentage": "50"}
+    init = ctr({"nvidia.com/gpu": "1"}, "init")
+    side = ctr(half, "side", restartPolicy="Always")
+    init_first = parse_pod(pod_raw([ctr(quarter)], initContainers=[init, side]))
+    assert res_dict(init_first.requests)[PHYSICAL_GPU] == pytest.approx(1.0)  # max(0.25 + 0.5, 1)
+    side_first = parse_pod(pod_raw([ctr(quarter)], initContainers=[side, init]))
+    assert res_dict(side_first.requests)[PHYSICAL_GPU] == pytest.approx(1.5)  # max(0.75, 0.5 + 1)
+    # whole cards: the physical share and pod_resources' raw sum are the same algorithm
+    for order in ([init, ctr({"nvidia.com/gpu": "2"}, "s", restartPolicy="Always")],
+                  [ctr({"nvidia.com/gpu": "2"}, "s", restartPolicy="Always"), init]):
+        pod = parse_pod(pod_raw([ctr({"nvidia.com/gpu": "1"})], initContainers=order))
+        assert res_dict(pod.requests)[PHYSICAL_GPU] == res_dict(pod.requests)["nvidia.com/gpu"]
+
+
+def test_job_task_share_reads_the_template_annotations(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The share takes a pod's annotations (where the device plugins write), not its whole metadata."""
+    from volcano_monitor.core import jobview
+
+    seen: list[object] = []
+    real = jobview.with_physical_gpu
+
+    def spy(requests: Resources, spec: Mapping[str, Any], annotations: Mapping[str, Any] = EMPTY_OBJ,
+            card_memory_mib: float = 0.0) -> Resources:
+        seen.append(annotations)
+        return real(requests, spec, annotations, card_memory_mib)
+
+    monkeypatch.setattr(jobview, "with_physical_gpu", spy)
+    notes = {"hami.io/resource-pool": "a"}
+    template = {"metadata": {"name": "w", "annotations": notes},
+                "spec": {"containers": [ctr({"nvidia.com/gpu": "1"})]}}
+    task = {"name": "w", "replicas": 1, "template": template}
+    job = parse_job({"metadata": {"name": "j"}, "spec": {"tasks": [task]}})
+    assert job.tasks[0].physical_gpus == 1.0
+    assert seen == [notes]
