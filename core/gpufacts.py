@@ -36,6 +36,8 @@ VGPU_ALLOCATED = "volcano.sh/vgpu-ids-new"
 GFD_COUNT = "nvidia.com/gpu.count"
 GFD_PRODUCT = "nvidia.com/gpu.product"
 GFD_MEMORY = "nvidia.com/gpu.memory"  # MiB
+GFD_MIG_STRATEGY = "nvidia.com/mig.strategy"  # set by GFD on MIG-capable nodes ("single", "mixed", "none")
+MIG_PRODUCT_MARK = "-MIG-"  # GFD's product of a node in MIG "single" mode: "A100-SXM4-40GB-MIG-1g.5gb"
 
 DEFAULT_SPLIT = 10  # deviceSplitCount of both plugins: vGPUs a card offers
 

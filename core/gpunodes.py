@@ -17,10 +17,12 @@ from volcano_monitor.core.gpufacts import (
     DEFAULT_SPLIT,
     GFD_COUNT,
     GFD_MEMORY,
+    GFD_MIG_STRATEGY,
     GFD_PRODUCT,
     HAMI_ALLOCATED,
     HAMI_COUNT,
     HAMI_NODE_REGISTER,
+    MIG_PRODUCT_MARK,
     VGPU_ALLOCATED,
     VGPU_COUNT,
     VGPU_MEMORY,
@@ -89,7 +91,9 @@ def node_gpus(labels: Mapping[str, Any], annotations: Mapping[str, Any],
               allocatable: Mapping[str, float] | Resources) -> NodeGpus:
     """A node's physical cards: GPU feature discovery's labels first (`nvidia.com/gpu.count`, `.product`,
     `.memory`), then the device plugin's register annotation, then its allocatable (a vGPU count divided
-    by the default split of 10 when nothing else says it, counted as `node_without_annotations`)."""
+    by the default split of 10 when nothing else says it, counted as `node_without_annotations`).
+    Without a sharing plugin the cards are min(GFD count, allocatable): GFD also counts unhealthy cards.
+    A MIG node's allocatable `*/gpu` are its slices, taken as whole devices."""
     alloc = as_map(allocatable)
     gfd_cards = number(labels.get(GFD_COUNT))
     if gfd_cards is not None and gfd_cards < 0:
@@ -103,7 +107,13 @@ def node_gpus(labels: Mapping[str, Any], annotations: Mapping[str, Any],
         plugin, key, vgpus = "hami", HAMI_NODE_REGISTER, alloc.get(HAMI_COUNT, 0.0)
     elif any(name.endswith("/gpu") for name in alloc) or gfd_cards:
         whole = sum(v for name, v in alloc.items() if name.endswith("/gpu"))
-        cards = gfd_cards if gfd_cards is not None else whole
+        if MIG_PRODUCT_MARK in product or GFD_MIG_STRATEGY in labels:
+            # MIG: allocatable counts slices (more than cards in "single" mode), not HAMi vGPUs; each slice
+            # is taken as one whole device, as pods ask for it (docs/gpu-sharing.md, "MIG")
+            return NodeGpus(whole, gfd_memory, product, "whole", whole)
+        # GFD counts the cards present; allocatable those the device plugin offers now (an unhealthy card
+        # or a plugin that is down offers fewer): the smaller is what can be used
+        cards = min(gfd_cards, whole) if gfd_cards is not None else whole
         if gfd_cards and whole > gfd_cards:  # more GPUs offered than cards: a sharing plugin, unregistered
             note_problem("node_without_annotations", f"{whole:g} GPUs allocatable on {gfd_cards:g} cards and no "
                                                      "device plugin annotation: cards from the GFD label")

@@ -273,3 +273,24 @@ def test_job_task_share_reads_the_template_annotations(monkeypatch: pytest.Monke
     job = parse_job({"metadata": {"name": "j"}, "spec": {"tasks": [task]}})
     assert job.tasks[0].physical_gpus == 1.0
     assert seen == [notes]
+
+
+def test_node_whole_cards_are_at_most_allocatable() -> None:
+    """GFD counts cards present; the device plugin offers only the healthy ones (none when it is down)."""
+    gfd = {"nvidia.com/gpu.count": "8", "nvidia.com/gpu.memory": "81920"}
+    unhealthy = node_gpus(gfd, {}, {"cpu": 64, "nvidia.com/gpu": 7})
+    assert (unhealthy.cards, unhealthy.plugin) == (7.0, "whole")
+    plugin_down = node_gpus(gfd, {}, {"cpu": 64})
+    assert plugin_down.cards == 0.0
+    assert node_gpus(gfd, {}, {"nvidia.com/gpu": 8}).cards == 8.0
+
+
+def test_mig_node_is_not_guessed_as_hami() -> None:
+    """MIG "single" mode offers more `nvidia.com/gpu` (slices) than cards: whole devices, no HAMi guess."""
+    by_product = node_gpus({"nvidia.com/gpu.count": "1", "nvidia.com/gpu.product": "A100-SXM4-40GB-MIG-1g.5gb"},
+                           {}, {"nvidia.com/gpu": 7})
+    assert (by_product.cards, by_product.plugin, by_product.problem) == (7.0, "whole", "")
+    by_strategy = node_gpus({"nvidia.com/gpu.count": "2", "nvidia.com/mig.strategy": "single"}, {},
+                            {"nvidia.com/gpu": 14})
+    assert (by_strategy.cards, by_strategy.plugin) == (14.0, "whole")
+    assert share_problems() == {}
