@@ -58,6 +58,7 @@ __all__ = [
     "configure",
     "container_share",
     "current_basis",
+    "group_gpus",
     "has_gpu",
     "is_gpu_resource",
     "node_gpus",
@@ -260,6 +261,34 @@ def container_share(requests: Mapping[str, float] | Resources, limits: Mapping[s
     gpus = whole + sum(p.gpus for p in parts)
     first = parts[0]
     return ShareResult(gpus, first.plugin, "+".join(p.assumption for p in parts), problem)
+
+
+# A vGPU count and the per-vGPU resources beside it, per plugin (a PodGroup's minResources sums them)
+_PER_VGPU = ((HAMI_COUNT, (HAMI_CORES, HAMI_MEMORY, HAMI_MEMORY_PERCENT)),
+             (VGPU_COUNT, (VGPU_CORES, VGPU_MEMORY, VGPU_MEMORY_PERCENT)))
+
+
+def group_gpus(min_resources: Resources) -> float:
+    """Physical GPUs of a PodGroup's `minResources` (the gang before any pod exists): the sum over its pods
+    of each plugin's count and per-vGPU resources (4 pods x {gpu 1, gpucores 25} -> {gpu 4, gpucores
+    100}), not one container's request. Read as that many vGPUs of the mean size (exact for pods of one
+    shape with one vGPU each, the usual gang); whole `*/gpu` as before. Without this a waiting HAMi gang
+    counted its vGPUs as cards and a Volcano-vGPU gang as no GPU at all."""
+    if not min_resources or any(name == PHYSICAL_GPU for name, _ in min_resources):
+        return physical_gpus(min_resources)
+    values = dict(min_resources)
+    shared = False
+    for count_name, per_vgpu in _PER_VGPU:
+        count = values.get(count_name, 0.0)
+        present = [name for name in per_vgpu if name in values]
+        if present:
+            shared = True
+            if count > 1:
+                for name in present:
+                    values[name] /= count
+    if not shared and VGPU_COUNT in values:  # Volcano vGPUs without per-vGPU resources: whole cards each
+        shared = True
+    return container_share(values).gpus if shared else physical_gpus(min_resources)
 
 
 def has_gpu(requests: Resources) -> bool:

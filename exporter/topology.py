@@ -28,7 +28,7 @@ from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from volcano_monitor.core.gpushare import node_gpus, physical_gpus
+from volcano_monitor.core.gpushare import group_gpus, node_gpus, physical_gpus
 from volcano_monitor.core.model import Node, Pod, PodGroup, Resources, res_get
 from volcano_monitor.core.topology import (
     HyperNodeSpec,
@@ -191,7 +191,8 @@ class Topology:
 
     def _shape(self, group_key: GroupKey, group: PodGroup, tree: Tree) -> tuple[float, float, float, int] | None:
         """(GPUs, cores, bytes, highest tier) of the gang, as the watchdog's topology view makes it: its
-        unfinished pods' requests (physical GPUs) scaled to minMember of them, else the group's minResources."""
+        unfinished pods' requests (physical GPUs) scaled to minMember of them, else the group's minResources
+        (vGPUs read by `group_gpus`)."""
         topology = group.network_topology
         if topology is None:
             return None
@@ -204,7 +205,7 @@ class Topology:
         if used is not None and used[3] > 0:
             scale = min(1.0, group.min_member / used[3]) if group.min_member > 0 else 1.0
             return used[0] / NANO * scale, used[1] / NANO * scale, used[2] / NANO * scale, tier
-        return (physical_gpus(group.min_resources), res_get(group.min_resources, "cpu"),
+        return (group_gpus(group.min_resources), res_get(group.min_resources, "cpu"),
                 res_get(group.min_resources, "memory"), tier)
 
     def _rooms(self) -> dict[str, NodeRoom]:

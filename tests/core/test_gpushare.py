@@ -294,3 +294,16 @@ def test_mig_node_is_not_guessed_as_hami() -> None:
                             {"nvidia.com/gpu": 14})
     assert (by_strategy.cards, by_strategy.plugin) == (14.0, "whole")
     assert share_problems() == {}
+
+
+def test_group_gpus_reads_summed_vgpus_of_min_resources() -> None:
+    """minResources sums its pods: 4 x {gpu 1, gpucores 25, gpumem-percentage 25} is one card, not 4."""
+    from volcano_monitor.core.gpushare import group_gpus
+
+    hami = res_from({"cpu": 4, "nvidia.com/gpu": 4, "nvidia.com/gpucores": 100, "nvidia.com/gpumem-percentage": 100})
+    assert group_gpus(hami) == pytest.approx(1.0)
+    assert group_gpus(res_from({"volcano.sh/vgpu-number": 8})) == 8.0  # no memory asked: whole cards
+    assert group_gpus(res_from({"volcano.sh/vgpu-number": 4, "volcano.sh/vgpu-cores": 200,
+                                "volcano.sh/vgpu-memory-percentage": 200})) == pytest.approx(2.0)
+    assert group_gpus(res_from({"nvidia.com/gpu": 3, "cpu": 1})) == 3.0
+    assert group_gpus(()) == 0.0

@@ -194,3 +194,24 @@ def test_judge_against_hand_made_cluster() -> None:
     assert topology.judge([(("ns", "big"), group("big", 8))]) is None  # within the interval
     now[0] += 10
     assert topology.judge([(("ns", "big"), group("big", 8))]) == found
+
+
+@pytest.mark.parametrize("vgpus", [
+    {"volcano.sh/vgpu-number": "8"},  # 8 whole Volcano vGPUs: 8 cards (read as 0 before)
+    {"nvidia.com/gpu": "32", "nvidia.com/gpucores": "800", "nvidia.com/gpumem-percentage": "800"},  # 32 quarters
+])
+def test_a_gang_without_pods_reads_vgpus_in_min_resources(vgpus: dict[str, str]) -> None:
+    """No pod yet: minResources sums the gang's vGPU counts and per-vGPU resources, read by
+    `core.gpushare.group_gpus` as the watchdog and the ledger read them: 8 cards, too many for one rack of 4."""
+    topology = Topology(enabled=True, clock=lambda: 100.0)
+    topology.nodes_listed = lambda: True
+    for rack, name in (("rack-1", "a"), ("rack-2", "b")):
+        topology.on_hypernode(HyperNodeSpec(rack, 1, "", (Member("Node", exact=name),)), False, list)
+        allocatable = res_from({"cpu": 96.0, "memory": 768.0 * 2**30, "nvidia.com/gpu": 4.0})
+        topology.on_node(NodeView(name, {}, {}, allocatable, True), False)
+    group = parse_podgroup({"metadata": {"name": "big", "namespace": "ns", "uid": "big"},
+                            "spec": {"queue": "q", "minMember": 8, "minResources": {"cpu": "8", **vgpus},
+                                     "networkTopology": {"mode": "hard", "highestTierAllowed": 1}},
+                            "status": {"phase": "Pending"}})
+    found = topology.judge([(("ns", "big"), group)])
+    assert found is not None and found[("ns", "big")].startswith("needs 8 GPUs inside one HyperNode")

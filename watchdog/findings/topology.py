@@ -30,7 +30,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 
 from volcano_monitor.core.exposition import Family
-from volcano_monitor.core.gpushare import physical_gpus
+from volcano_monitor.core.gpushare import group_gpus, physical_gpus
 from volcano_monitor.core.model import Node, PodGroup, res_get
 from volcano_monitor.core.pending import BELOW_TOPOLOGY, group_waiting, with_topology
 from volcano_monitor.core.topology import (
@@ -207,8 +207,8 @@ class TopologyView:
         if gang is not None and gang.pods:  # the gang is minMember of its pods (all when it names none)
             scale = min(1.0, group.min_member / gang.pods) if group.min_member > 0 else 1.0
             gpus, cpu, memory = gang.gpus * scale, gang.cpu * scale, gang.memory * scale
-        else:  # no pod yet: the group's minResources, whole `*/gpu`
-            gpus = physical_gpus(group.min_resources)
+        else:  # no pod yet: the group's minResources, vGPUs read as `group_gpus` does (as the ledger)
+            gpus = group_gpus(group.min_resources)
             cpu, memory = res_get(group.min_resources, "cpu"), res_get(group.min_resources, "memory")
         tier = topology.highest_tier_allowed
         if tier is None and topology.highest_tier_name:

@@ -37,7 +37,7 @@ from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.orm import Session
 from sqlalchemy.sql.elements import ColumnElement
 
-from volcano_monitor.core.gpushare import PHYSICAL_GPU, container_share, physical_gpus
+from volcano_monitor.core.gpushare import group_gpus, physical_gpus
 from volcano_monitor.core.kube.informer import DELETED
 from volcano_monitor.core.model import Job, PodGroup, Resources, res_get
 from volcano_monitor.watchdog.runtime.settings import Retention
@@ -83,32 +83,6 @@ def _gpus(resources: Resources) -> float:
     """Physical GPUs of any vendor (`core.gpushare.physical_gpus`): four vGPUs at 25 % of one card are 1.0,
     not 4; whole `*/gpu` count as before."""
     return physical_gpus(resources)
-
-
-# A vGPU count and the per-vGPU resources beside it (HAMi; Volcano's vGPU): core.gpushare's names
-_PER_VGPU = (("nvidia.com/gpu", ("nvidia.com/gpucores", "nvidia.com/gpumem", "nvidia.com/gpumem-percentage")),
-             ("volcano.sh/vgpu-number", ("volcano.sh/vgpu-cores", "volcano.sh/vgpu-memory",
-                                         "volcano.sh/vgpu-memory-percentage")))
-
-
-def _group_gpus(min_resources: Resources) -> float:
-    """Physical GPUs of a PodGroup's `minResources`: the sum over its pods of each plugin's count and per-vGPU
-    resources (4 pods x {gpu 1, gpucores 25} -> {gpu 4, gpucores 100}), not a container's request. Read as
-    that many vGPUs of the mean size (exact for pods of one shape with one vGPU each, the usual gang);
-    whole `*/gpu` as before."""
-    if not min_resources or any(name == PHYSICAL_GPU for name, _ in min_resources):
-        return physical_gpus(min_resources)
-    values = dict(min_resources)
-    shared = False
-    for count_name, per_vgpu in _PER_VGPU:
-        count = values.get(count_name, 0.0)
-        present = [name for name in per_vgpu if name in values]
-        if present:
-            shared = True
-            if count > 1:
-                for name in present:
-                    values[name] /= count
-    return container_share(values).gpus if shared else physical_gpus(min_resources)
 
 
 def efficiency(run: JobRun) -> dict[str, float | None]:
@@ -196,7 +170,7 @@ class Ledger:
             "reason": "", "message": "", "retry_count": 0,
             "requested_cpu_cores": res_get(group.min_resources, "cpu"),
             "requested_memory_bytes": res_get(group.min_resources, "memory"),
-            "requested_gpus": _group_gpus(group.min_resources),
+            "requested_gpus": group_gpus(group.min_resources),
             "pods_pending": 0, "pods_running": group.running, "pods_succeeded": group.succeeded,
             "pods_failed": group.failed,
         }, now, deleted=event_type == DELETED, keep_times=True)

@@ -239,3 +239,18 @@ def test_a_vgpu_pod_asking_memory_in_mib_holds_its_share_of_the_nodes_card(engin
     cluster.watchdog.apply([("pods", ADDED, cluster.watchdog.pod_view(vgpu))], [])
     cluster.now += 1
     assert cluster.metrics()[free("r1", 1)] == pytest.approx(3.75)
+
+
+@pytest.mark.parametrize("vgpus", [
+    {"volcano.sh/vgpu-number": "8"},  # 8 whole Volcano vGPUs: 8 cards (was 0: never judged)
+    {GPU: "32", "nvidia.com/gpucores": "800", "nvidia.com/gpumem-percentage": "800"},  # 32 HAMi quarters (was 32)
+])
+def test_a_gang_without_pods_reads_vgpus_in_min_resources(engine: Engine, vgpus: dict[str, str]) -> None:
+    """No pod yet: the gang is its minResources, whose vGPU counts and per-vGPU resources are sums over its pods
+    (`core.gpushare.group_gpus`, as the ledger reads them): 8 physical GPUs either way, fragmented at tier 1."""
+    cluster = Cluster(engine)
+    job, group = topology_gang()
+    group["spec"]["minResources"] = {"cpu": "32", "memory": "128Gi", **vgpus}
+    cluster.start(POOL, job, group)
+    why = cluster.why()
+    assert why["reason"] == "topology_fragmented" and why["message"].startswith("needs 8 GPUs")
