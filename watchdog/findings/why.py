@@ -7,7 +7,9 @@ the jobs `ahead` with their priority and gang request) in the order Volcano v1.1
 queue's jobs (`core.queueorder`; the exporter's `volcano_job_queue_position` says the same), and its
 expected start from the last round of `findings.expected` (`expected_start`, its low/high bounds, `waits_for`).
 Read-only and public like `/api/v1/jobs`: it names queues and jobs and their requests, nothing of the
-jobs' data.
+jobs' data. A namespace-scoped caller (auth.mode kubernetes) is not told other namespaces' job names: the
+jobs ahead of those are folded into `ahead_other_namespaces` and their summed requests, and a `waits_for`
+naming one reads "when a job of another namespace ends" (`findings.redact`).
 """
 
 from __future__ import annotations
@@ -23,6 +25,7 @@ from volcano_monitor.core.kube.reviews import Scope, every_namespace, visible
 from volcano_monitor.core.model import res_dict
 from volcano_monitor.core.pending import REASONS
 from volcano_monitor.watchdog.findings.estimates import Estimate
+from volcano_monitor.watchdog.findings.redact import fold_ahead, redact_text
 from volcano_monitor.watchdog.state.cluster import AHEAD_LIMIT, QueuePlace, WhyPending
 
 Explain = Callable[[str], WhyPending | None]  # ClusterIndex.why
@@ -68,6 +71,10 @@ class WhyOut(BaseModel):
     queue_waiting: int | None = None  # waiting jobs in the queue, this one included
     priority: int | None = None
     ahead: list[AheadOut] = []  # in the scheduler's order; at most the first 100 of position - 1
+    # Of those first 100, the jobs of namespaces the caller may not list (auth.mode kubernetes): left out of
+    # `ahead`, counted here with their summed requests. Always 0 and {} for a cluster-wide caller.
+    ahead_other_namespaces: int = 0
+    ahead_other_namespaces_requests: dict[str, float] = {}
     # When it is expected to start (the last estimate, docs/watchdog.md#expected-start), null without one.
     expected_start: datetime | None = None
     expected_start_low: datetime | None = None
@@ -84,7 +91,10 @@ DESCRIPTION = (
     "Volcano v1.12's scheduler takes them: the higher PriorityClass value first (a PodGroup's "
     "`priorityClassName`; none or an unknown one: the globalDefault class's value, else 0), then the older "
     "PodGroup, then `namespace/podgroup name`. A place, not a start order: a job that fits the queue is "
-    f"admitted past an earlier one that does not. `ahead` lists at most the first {AHEAD_LIMIT}."
+    f"admitted past an earlier one that does not. `ahead` lists at most the first {AHEAD_LIMIT}; of those, "
+    "jobs of namespaces the caller may not list (auth.mode kubernetes) are only counted, in "
+    "`ahead_other_namespaces` with their summed requests, and a `waits_for` naming such a job reads "
+    "\"when a job of another namespace ends\"."
     + "\n\n`expected_start` (with `expected_start_low` and `expected_start_high`) is when the job is expected "
     "to start: the queues played forward from the last estimate (at most 30 s old), running jobs ending at "
     "their workload's median run length from the ledger, and `waits_for` the event it waits for (\"when "
@@ -94,33 +104,40 @@ DESCRIPTION = (
     "deleted runs: `/api/v1/jobs/{uid}`).")
 
 
-def ahead_out(place: QueuePlace | None) -> list[AheadOut]:
-    return [] if place is None else [
-        AheadOut(namespace=a.namespace, job_name=a.job_name, podgroup=a.podgroup, priority_class=a.priority_class,
-                 priority=a.priority, requests=res_dict(a.min_resources)) for a in place.ahead]
+def ahead_out(place: QueuePlace | None, scope: Scope = None) -> tuple[list[AheadOut], int, dict[str, float]]:
+    """The jobs ahead the caller may see, and the count and summed requests of the others."""
+    if place is None:
+        return [], 0, {}
+    folded = fold_ahead(place.ahead, scope)
+    return [AheadOut(namespace=a.namespace, job_name=a.job_name, podgroup=a.podgroup,
+                     priority_class=a.priority_class, priority=a.priority, requests=res_dict(a.min_resources))
+            for a in folded.shown], folded.others, folded.others_requests
 
 
 def stamp(seconds: float | None) -> datetime | None:
     return None if seconds is None else datetime.fromtimestamp(seconds, UTC)
 
 
-def why_out(found: WhyPending, expected: Estimate | None = None) -> WhyOut:
+def why_out(found: WhyPending, expected: Estimate | None = None, scope: Scope = None) -> WhyOut:
+    """`scope`: the caller's namespaces (None: every one); other namespaces' jobs are not named."""
     why, place = found.explanation, found.place
     if why is None:
         return WhyOut(uid=found.uid, kind=found.kind, namespace=found.namespace, job_name=found.job_name,
                       phase=found.phase, pending=False, reason=None, queue=None, resource=None, message=None,
                       scheduler_reason="", scheduler_message="")
+    ahead, others, others_requests = ahead_out(place, scope)
     return WhyOut(uid=found.uid, kind=found.kind, namespace=found.namespace, job_name=found.job_name,
                   phase=found.phase, pending=True, reason=why.reason, queue=why.queue, resource=why.resource,
                   message=why.message, scheduler_reason=why.scheduler_reason,
                   scheduler_message=why.scheduler_message,
                   position=place.position if place is not None else None,
                   queue_waiting=place.waiting if place is not None else None,
-                  priority=place.priority if place is not None else None, ahead=ahead_out(place),
+                  priority=place.priority if place is not None else None, ahead=ahead,
+                  ahead_other_namespaces=others, ahead_other_namespaces_requests=others_requests,
                   expected_start=stamp(expected.start) if expected is not None else None,
                   expected_start_low=stamp(expected.low) if expected is not None else None,
                   expected_start_high=stamp(expected.high) if expected is not None else None,
-                  waits_for=expected.waits_for if expected is not None else None)
+                  waits_for=redact_text(expected.waits_for, scope) if expected is not None else None)
 
 
 def why_router(explain: Explain, synced: Callable[[], bool] = lambda: True,
@@ -141,6 +158,7 @@ def why_router(explain: Explain, synced: Callable[[], bool] = lambda: True,
         found = explain(uid)
         if found is None or not visible(allowed, found.namespace):
             raise HTTPException(404, "no such live job or podgroup")
-        return why_out(found, expected(found.namespace, found.job_name) if found.explanation is not None else None)
+        return why_out(found, expected(found.namespace, found.job_name) if found.explanation is not None else None,
+                       allowed)
 
     return router

@@ -29,6 +29,7 @@ from volcano_monitor.watchdog.actions.notify.api import add_notification_routes
 from volcano_monitor.watchdog.actions.notify.outbox import Outbox
 from volcano_monitor.watchdog.config import Settings
 from volcano_monitor.watchdog.findings.recommendations import book as recommend
+from volcano_monitor.watchdog.findings.redact import redact_text, redact_value
 from volcano_monitor.watchdog.findings.why import Expected, Explain, no_estimate
 from volcano_monitor.watchdog.state.db.models import Alert, JobRun
 from volcano_monitor.watchdog.views.guard import AUTH_RESPONSES, check_writes_guarded, token_guard
@@ -101,6 +102,16 @@ class JsonBodies:
         await self.app(scope, receive, send)
 
 
+def alert_out(row: Alert, scope: Scope) -> AlertOut:
+    """An alert as `scope`'s reader may see it: a summary or details naming another namespace's job (a
+    GangUnschedulable's "when research/llama-pretrain ends") say "when a job of another namespace ends". The
+    stored row keeps the name; a cluster-wide reader (scope None) gets it unchanged."""
+    out = AlertOut.model_validate(row)
+    if scope is None:
+        return out
+    return out.model_copy(update={"summary": redact_text(out.summary, scope),
+                                  "details": redact_value(out.details, scope)})
+
 def create_app(engine: Engine, settings: Settings, health: Health, clock: Callable[[], datetime] = utcnow,
                queues: Callable[[], list[QueueView]] = list, recommendation_ttl_seconds: float = 300.0,
                outbox: Outbox | None = None, wake_notifier: Callable[[], None] = lambda: None,
@@ -165,7 +176,7 @@ def create_app(engine: Engine, settings: Settings, health: Health, clock: Callab
         total = session.execute(select(func.count()).select_from(Alert).where(*where)).scalar_one()
         rows = session.scalars(select(Alert).where(*where).order_by(Alert.started_at.desc(), Alert.id.desc())
                                .limit(limit).offset(offset))
-        return AlertPage(total=total, limit=limit, offset=offset, items=[AlertOut.model_validate(a) for a in rows])
+        return AlertPage(total=total, limit=limit, offset=offset, items=[alert_out(a, allowed) for a in rows])
 
     @app.get("/api/v1/alerts/{alert_id}", response_model=AlertOut, tags=["alerts"],
              responses={404: {"model": ErrorOut}})
@@ -173,7 +184,7 @@ def create_app(engine: Engine, settings: Settings, health: Health, clock: Callab
         row = session.get(Alert, alert_id)
         if row is None or not visible(allowed, row.namespace):  # another team's: as if it did not exist
             raise HTTPException(404, "no such alert")
-        return AlertOut.model_validate(row)
+        return alert_out(row, allowed)
 
     @writes.post("/api/v1/alerts/{alert_id}/resolve", response_model=AlertOut, tags=["alerts"],
                  responses={202: {"model": ErrorOut, "description": "Stored; the leader has not carried it out yet."},

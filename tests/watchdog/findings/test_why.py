@@ -75,7 +75,8 @@ def test_why_names_the_reason_queue_and_resource(engine: Engine) -> None:
                    "pending": True, "reason": "cluster_too_small", "queue": "root", "resource": "cpu",
                    "message": "cluster: cpu 120 requested > allocatable 96 (never fits)",
                    "scheduler_reason": "", "scheduler_message": "",
-                   "position": 1, "queue_waiting": 1, "priority": 0, "ahead": [],
+                   "position": 1, "queue_waiting": 1, "priority": 0, "ahead": [], "ahead_other_namespaces": 0,
+                   "ahead_other_namespaces_requests": {},
                    "expected_start": None, "expected_start_low": None, "expected_start_high": None,
                    "waits_for": None}  # no estimator in this app: the fields are there, null
     got = cluster.why("uid-train")  # a queue at capability under a parent at capability

@@ -22,6 +22,7 @@ from volcano_monitor.core.kube.reviews import Scope, every_namespace, visible
 from volcano_monitor.core.matchers import parse_matcher
 from volcano_monitor.watchdog.actions.notify.alertmanager import AlertmanagerPayload, items
 from volcano_monitor.watchdog.actions.notify.outbox import DEAD, PENDING, Outbox
+from volcano_monitor.watchdog.findings.redact import redact_value
 from volcano_monitor.watchdog.state.db.models import NotificationDelivery, Silence
 
 __all__ = ["add_notification_routes"]
@@ -208,7 +209,8 @@ def add_notification_routes(app: FastAPI, read: APIRouter, writes: APIRouter, en
                 query = query.limit(limit)
             rows = (row for row in session.scalars(query.execution_options(yield_per=200))
                     if message_visible(allowed, row.message))
-            return [DeliveryOut.model_validate(row) for row in islice(rows, limit)]
+            return [DeliveryOut.model_validate(row).model_copy(update={"message": redact_value(row.message, allowed)})
+                    if allowed is not None else DeliveryOut.model_validate(row) for row in islice(rows, limit)]
 
     @writes.post("/api/v1/notifications/{delivery_id}/retry", response_model=DeliveryOut, tags=["notifications"],
                  responses={404: {"description": "No such message."}, 409: {"description": "Not a dead letter."}})

@@ -24,6 +24,7 @@ from volcano_monitor.watchdog.actions.capability import store
 from volcano_monitor.watchdog.actions.notify.api import STATES, SilenceIn, message_visible, silence_visible
 from volcano_monitor.watchdog.config import Settings
 from volcano_monitor.watchdog.findings.recommendations import book as recommend
+from volcano_monitor.watchdog.findings.redact import redact_text, redact_value
 from volcano_monitor.watchdog.findings.why import Expected, Explain, no_estimate
 from volcano_monitor.watchdog.state.db.models import Alert, JobRun, NotificationDelivery, Silence, UsageRollup
 from volcano_monitor.watchdog.views.guard import token_guard
@@ -74,12 +75,13 @@ def _ratio(used: float, requested: float) -> float | None:
     return used / requested if requested > 0 else None
 
 
-def alert_rows(rows: list[Alert]) -> list[list[str]]:
+def alert_rows(rows: list[Alert], scope: Scope = None) -> list[list[str]]:
+    """`scope`: the reader's namespaces; a summary naming another namespace's job is redacted."""
     return [[link(esc(f"/ui/alerts/{a.id}"), a.id), f'<span class="{esc(a.state)}">{esc(a.state)}</span>',
              f'<span class="{esc(a.severity)}">{esc(a.severity)}</span>', esc(a.kind),
              link(qs("/ui/jobs", namespace=a.namespace, name=a.job_name), f"{a.namespace}/{a.job_name}")
              if a.job_name else esc(a.namespace), link(qs("/ui/jobs", queue=a.queue), a.queue) if a.queue else "",
-             esc(a.summary), when(a.fired_at or a.started_at), when(a.resolved_at)] for a in rows]
+             esc(redact_text(a.summary, scope)), when(a.fired_at or a.started_at), when(a.resolved_at)] for a in rows]
 
 
 ALERT_HEADERS = ("#", "state", "severity", "kind", "job", "queue", "summary", "since", "resolved")
@@ -250,15 +252,15 @@ def ui_router(engine: Engine, settings: Settings, clock: Callable[[], datetime],
         cpu = [(t, u or 0.0, q or 0.0) for t, u, q, _, _, _ in points]
         mem = [(t, (u or 0.0) / 2**30, (q or 0.0) / 2**30) for t, _, _, u, q, _ in points]
         live = why(uid)
-        body = place_line(live.place if live is not None else None) + (
-            expected_line(expected(live.namespace, live.job_name))
+        body = place_line(live.place if live is not None else None, allowed) + (
+            expected_line(expected(live.namespace, live.job_name), allowed)
             if live is not None and live.explanation is not None else "") + job_cost_line(run, settings.costs) + facts
         body += "<h2>Usage vs request</h2>" + chart(cpu, "cores", "CPU") + chart(mem, "GiB", "Memory")
         if run.requested_gpus > 0:  # DCGM utilisation, mean over the job's GPU containers, against 100 %
             gpu = [(t, float(g), 100.0) for t, *_, g in points if g is not None]
             body += chart(gpu, "% of the requested GPUs' time", "GPU utilisation")
         body += "<h2>Recommendation</h2>" + section(run.name, run.namespace, run.workload, recs)
-        body += "<h2>Alerts</h2>" + table(ALERT_HEADERS, alert_rows(alerts))
+        body += "<h2>Alerts</h2>" + table(ALERT_HEADERS, alert_rows(alerts, allowed))
         return html(f"Job {run.namespace}/{run.name}", body)
 
     @router.get("/ui/alerts", response_class=HTMLResponse)
@@ -274,7 +276,7 @@ def ui_router(engine: Engine, settings: Settings, clock: Callable[[], datetime],
                                   .limit(PAGE).offset(offset)))
         tabs = " · ".join(link(qs("/ui/alerts", state=st, kind=kind, namespace=namespace, queue=queue), st or "all")
                           for st in ("firing", "pending", "resolved", ""))
-        return html("Alerts", f"<p>{tabs}</p>" + table(ALERT_HEADERS, alert_rows(rows)) + pager(
+        return html("Alerts", f"<p>{tabs}</p>" + table(ALERT_HEADERS, alert_rows(rows, allowed)) + pager(
             "/ui/alerts", total, offset, state=state, kind=kind, namespace=namespace, queue=queue))
 
     @router.get("/ui/alerts/{alert_id}", response_class=HTMLResponse)
@@ -288,11 +290,11 @@ def ui_router(engine: Engine, settings: Settings, clock: Callable[[], datetime],
                             .order_by(JobRun.id.desc()).limit(1)).first() if a.job_name else None
         facts = table(("", ""), [
             ["state", f'<span class="{esc(a.state)}">{esc(a.state)}</span>'], ["kind", esc(a.kind)],
-            ["severity", esc(a.severity)], ["summary", esc(a.summary)],
+            ["severity", esc(a.severity)], ["summary", esc(redact_text(a.summary, allowed))],
             ["job", link(esc(f"/ui/jobs/{run.uid}"), f"{a.namespace}/{a.job_name}") if run else esc(a.job_name)],
             ["queue", link(qs("/ui/jobs", queue=a.queue), a.queue) if a.queue else ""], ["subject", esc(a.subject)],
             ["started / fired / resolved", f"{when(a.started_at)} / {when(a.fired_at)} / {when(a.resolved_at)}"],
-            ["details", f"<pre>{esc(json.dumps(a.details, indent=1, default=str))}</pre>"]])
+            ["details", f"<pre>{esc(json.dumps(redact_value(a.details, allowed), indent=1, default=str))}</pre>"]])
         token = '<input type="password" name="token" placeholder="api_token" autocomplete="off" required>'
         forms = ""
         if a.state != "resolved":
@@ -366,7 +368,7 @@ def ui_router(engine: Engine, settings: Settings, clock: Callable[[], datetime],
         tabs = " · ".join(link(qs("/ui/notifications", state=st), st or "all") for st in (*STATES, ""))
         body = f"<p>{tabs}</p>" + table(("#", "receiver", "state", "attempts", "created", "sent", "title", "error"), [
             [esc(r.id), esc(r.receiver), esc(r.state), esc(r.attempts), when(r.created_at), when(r.sent_at),
-             esc(_title(r.message)), esc(r.last_error)] for r in rows])
+             esc(redact_text(_title(r.message), allowed)), esc(r.last_error)] for r in rows])
         return html("Notifications", body)
 
     router.include_router(writes)
