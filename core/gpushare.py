@@ -1,11 +1,11 @@
 """Physical GPUs behind shared-GPU requests (HAMi, Volcano vGPU), so that every count of GPUs means cards.
 
 A device plugin that shares cards hands out *vGPUs*: four pods asking for `nvidia.com/gpu: 1` plus
-`nvidia.com/gpucores: 25` under HAMi hold a quarter of one card each, not four cards. Counting the raw
-resource made GPU-hours, efficiency, idle and cost four times too high on HAMi and zero under Volcano's
-vGPU (`volcano.sh/vgpu-number` does not end in "/gpu"). This module turns a container's request into its
-share of physical cards (nodes: :mod:`core.gpunodes`, re-exported here); docs/gpu-sharing.md gives the
-facts (resource names, units, defaults, annotations) and every assumption.
+`nvidia.com/gpucores: 25` and `nvidia.com/gpumem-percentage: 25` under HAMi hold a quarter of one card
+each, not four cards. Counting the raw resource made GPU-hours, efficiency, idle and cost four times too
+high on HAMi and zero under Volcano's vGPU (`volcano.sh/vgpu-number` does not end in "/gpu"). This module
+turns a container's request into its share of physical cards (nodes: :mod:`core.gpunodes`, re-exported
+here); docs/gpu-sharing.md gives the facts (resource names, units, defaults, annotations) and every assumption.
 
 The share is added to a pod's requests as the derived resource `PHYSICAL_GPU`, so sums, rollups and
 families carry it like any other resource; `physical_gpus` is what every GPU count reads.
@@ -92,6 +92,7 @@ class ShareResult:
     plugin: str
     assumption: str
     problem: str = ""
+    problems: tuple[str, ...] = ()  # every kind met (`problem` is the first), for counting memo hits again
 
 
 @dataclass(slots=True)
@@ -254,13 +255,14 @@ def container_share(requests: Mapping[str, float] | Resources, limits: Mapping[s
         problems.append(note_problem("negative", f"negative whole GPU count {whole:g}, ignored"))
         whole = 0.0
     problem = problems[0] if problems else ""
+    met = tuple(problems)
     if not parts:
         if whole:
-            return ShareResult(whole, "whole", "whole", problem)
-        return ShareResult(0.0, "none", "none", problem)
+            return ShareResult(whole, "whole", "whole", problem, met)
+        return ShareResult(0.0, "none", "none", problem, met)
     gpus = whole + sum(p.gpus for p in parts)
     first = parts[0]
-    return ShareResult(gpus, first.plugin, "+".join(p.assumption for p in parts), problem)
+    return ShareResult(gpus, first.plugin, "+".join(p.assumption for p in parts), problem, met)
 
 
 # A vGPU count and the per-vGPU resources beside it, per plugin (a PodGroup's minResources sums them)
@@ -341,7 +343,7 @@ def pod_share(spec: Mapping[str, Any], annotations: Mapping[str, Any] | None = N
     return ShareResult(running["gpus"], kinds[0], "+".join(dict.fromkeys(assumptions)), problem)
 
 
-_MEMO: dict[tuple[object, ...], Resources] = {}
+_MEMO: dict[tuple[object, ...], tuple[Resources, tuple[str, ...]]] = {}
 _MEMO_MAX = 16384
 
 
@@ -356,8 +358,10 @@ def with_physical_gpu(requests: Resources, spec: Mapping[str, Any], annotations:
     """`requests` (a pod's, from `pod_resources(spec)`) plus `PHYSICAL_GPU` when it holds a GPU.
 
     Pods without a GPU cost one loop over their few resource names. A one-container pod's request is its
-    container's (limits included), so its share is memoised on it; pods that met bad input are not, so
-    each meeting is counted."""
+    container's (limits included), so its share is a function of (requests, card memory, the configured
+    basis and card memory; `configure` clears the memo) and is memoised on it, bad input included: a HAMi
+    pod asking MiB on an unknown card would otherwise be recomputed on each of its events. The problems it
+    met are counted again on each hit, so the counters still count every meeting (docs/gpu-sharing.md)."""
     if not has_gpu(requests):
         return requests
     simple = _simple(spec)
@@ -365,15 +369,17 @@ def with_physical_gpu(requests: Resources, spec: Mapping[str, Any], annotations:
     if simple:
         hit = _MEMO.get(key)
         if hit is not None:
-            return hit
+            for kind in hit[1]:
+                note_problem(kind, "")  # counted before: the first was logged with its detail
+            return hit[0]
         share = container_share(requests, (), annotations, card_memory_mib)
     else:
         share = pod_share(spec, annotations, card_memory_mib)
     values = dict(requests)
     values[PHYSICAL_GPU] = share.gpus
     out = res_from(values)
-    if simple and not share.problem:
+    if simple:
         if len(_MEMO) >= _MEMO_MAX:
             _MEMO.clear()
-        _MEMO[key] = out
+        _MEMO[key] = (out, share.problems)
     return out

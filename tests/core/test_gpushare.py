@@ -307,3 +307,23 @@ def test_group_gpus_reads_summed_vgpus_of_min_resources() -> None:
                                 "volcano.sh/vgpu-memory-percentage": 200})) == pytest.approx(2.0)
     assert group_gpus(res_from({"nvidia.com/gpu": 3, "cpu": 1})) == 3.0
     assert group_gpus(()) == 0.0
+
+
+def test_mib_pod_on_unknown_card_is_memoised_and_still_counted(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A HAMi pod asking MiB without cores, no card memory anywhere (the exporter without
+    --gpu-card-memory-mib): whole cards, `card_memory_unknown` counted on each event, computed once."""
+    calls: list[object] = []
+    real = gpushare.container_share
+
+    def counting(*args: Any, **kwargs: Any) -> gpushare.ShareResult:
+        calls.append(args)
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(gpushare, "container_share", counting)
+    raw = pod_raw([ctr({"nvidia.com/gpu": "1", "nvidia.com/gpumem": "10240"})])
+    first, again = parse_pod(raw), parse_pod(raw)
+    assert res_dict(first.requests)[PHYSICAL_GPU] == res_dict(again.requests)[PHYSICAL_GPU] == 1.0
+    assert len(calls) == 1
+    assert share_problems() == {"card_memory_unknown": 2}
+    configure(card_memory_mib=40960)  # the settings change the share: the memo is not reused
+    assert res_dict(parse_pod(raw).requests)[PHYSICAL_GPU] == pytest.approx(0.25)
