@@ -25,6 +25,7 @@ from volcano_monitor.watchdog.findings.estimates import Estimate
 from volcano_monitor.watchdog.findings.redact import OTHER_JOB, redact_text, redact_value
 from volcano_monitor.watchdog.findings.why import why_router
 from volcano_monitor.watchdog.runtime.app import Watchdog
+from volcano_monitor.watchdog.state.db.models import NotificationDelivery, NotificationGroup
 from volcano_monitor.watchdog.views.api import create_app
 
 ALICE = {"Authorization": "Bearer tok-a"}
@@ -61,10 +62,15 @@ def client(sim: SimulatorThread, tmp_path: Path, engine: Engine) -> TestClient:
                   *[("jobs", ADDED, parse_job(j)) for j, _ in pairs]], [])
     alert = make_alert(1, kind="GangUnschedulable", namespace="team-a")
     alert.job_name = "plain"
-    alert.summary = "PodGroup team-a/plain cannot be scheduled: expected to start around 11:00 UTC, " \
-                    "when team-b/big ends"
-    alert.details = {"waits_for": "when team-b/big ends", "podgroup_uid": "pg-plain"}
-    insert(engine, alert)
+    summary = "PodGroup team-a/plain cannot be scheduled: expected to start around 11:00 UTC, when team-b/big ends"
+    alert.summary, alert.details = summary, {"waits_for": "when team-b/big ends", "podgroup_uid": "pg-plain"}
+    insert(engine, alert, NotificationGroup(id=1, group_key="g", receiver="r", route="0", labels={},
+                                            created_at=NOW, updated_at=NOW))
+    insert(engine, NotificationDelivery(  # the message the channel got, as the outbox stored it
+        group_id=1, receiver="r", state="sent", attempts=1, next_attempt_at=NOW, created_at=NOW, updated_at=NOW,
+        message={"receiver": "r", "group_key": "g", "status": "firing", "alerts": [
+            {"kind": "GangUnschedulable", "severity": "warning", "status": "firing", "namespace": "team-a",
+             "summary": summary}]}))
     t = tenancy(sim, tmp_path, engine)
     return TestClient(create_app(engine, settings, health(), clock=lambda: NOW, why=worker.index.why,
                                  expected=expected, tenancy=t,
@@ -102,7 +108,7 @@ def test_a_scoped_job_page_names_no_other_namespace(sim: SimulatorThread, tmp_pa
 def test_a_scoped_reader_of_an_alert_sees_no_other_namespaces_job(sim: SimulatorThread, tmp_path: Path,
                                                                   engine: Engine) -> None:
     api = client(sim, tmp_path, engine)
-    for path in ("/api/v1/alerts", "/api/v1/alerts/1", "/ui/alerts", "/ui/alerts/1"):
+    for path in ("/api/v1/alerts", "/api/v1/alerts/1", "/ui/alerts", "/ui/alerts/1", "/api/v1/notifications"):
         mine = api.get(path, headers=ALICE)
         assert mine.status_code == 200 and OTHER_JOB in mine.text and "team-b" not in mine.text, path
         assert "when team-b/big ends" in api.get(path, headers=ROOT).text, path
