@@ -95,7 +95,7 @@ def stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, Any]]:
                 "api_token": TOKEN, "grafana_url": "http://grafana.example",
                 "detectors": {**FAST_DETECTORS, "gpu_stranded": {"window_seconds": 1},
                               "node_hot": {"window_seconds": 1, "interval_seconds": 0.5}},
-                "sources": {"metrics_api": {"interval_seconds": 0.5}, "rollup_seconds": 1,
+                "sources": {"metrics_api": {"interval_seconds": 0.5}, "rollup_seconds": 1, "flush_interval_seconds": 1,
                             "prometheus": {"enabled": True, "url": prom, "interval_seconds": 2, "rate_window": "30s"}},
                 "notifications": {
                     "receivers": [{"name": "inbox", "webhook": {"url": f"{inbox.url}/webhook/e2e"}}],

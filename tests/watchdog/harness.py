@@ -18,6 +18,8 @@ from volcano_monitor.watchdog.state.db.models import Alert, JobRun
 FAST_DETECTORS = {
     "gang_unschedulable_seconds": 1, "partial_gang_seconds": 1, "queue_starved_seconds": 1,
     "idle_window_seconds": 3, "over_requested_min_seconds": 0.5,
+    # the passes themselves, for a watchdog process started with these settings (in-process ones take Intervals)
+    "check_interval_seconds": 0.5, "waste_interval_seconds": 1,
 }
 
 

@@ -73,7 +73,10 @@ class Watchdog:
                  intervals: Intervals | None = None, clock: Callable[[], float] = time.time,
                  informer_backoff: tuple[float, float] = (0.5, 30.0), leader: Leader | None = None) -> None:
         self.settings, self.engine, self.clock = settings, engine, clock
-        self.intervals = intervals or Intervals(rollup_bucket=settings.sources.rollup_seconds)
+        self.intervals = intervals or Intervals(checks=settings.detectors.check_interval_seconds,
+                                                waste=settings.detectors.waste_interval_seconds,
+                                                flush=settings.sources.flush_interval_seconds,
+                                                rollup_bucket=settings.sources.rollup_seconds)
         self.index = ClusterIndex()
         self.histograms = HistogramBook(settings.recommendations)
         sources = settings.sources

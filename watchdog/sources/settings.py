@@ -60,6 +60,11 @@ class Sources(Section):
         description="Width of the stored usage rollups (one row per container and width). It must divide an hour "
                     "(rollups are downsampled to hourly rows) and the JobIdle window must hold at least two; "
                     "short only for demos and tests: the row count grows as it shrinks.")
+    flush_interval_seconds: float = Field(
+        default=15, gt=0, le=300,
+        description="Seconds between stores of the usage held in memory (rollups, ledger usage, histograms): what "
+                    "a kill -9 of the leader loses at most. OverRequested waits four of them after a run ends, so "
+                    "its last usage is in.")
 
     @field_validator("rollup_seconds")
     @classmethod

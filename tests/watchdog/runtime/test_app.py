@@ -26,3 +26,19 @@ def test_prometheus_down_is_counted_and_collection_goes_on(tmp_path: Path) -> No
     finally:
         watchdog.stop()
         engine.dispose()
+
+
+def test_the_passes_take_their_intervals_from_the_settings(tmp_path: Path) -> None:
+    """detectors.check_interval_seconds / waste_interval_seconds and sources.flush_interval_seconds set the
+    writer's passes (the defaults are today's 15 / 60 / 15 s), and OverRequested settles four flushes."""
+    engine = make_engine(f"sqlite:///{tmp_path / 'w.db'}")
+    try:
+        default = Watchdog(load(None, environ={}), engine, None)
+        assert (default.intervals.checks, default.intervals.waste, default.intervals.flush) == (15, 60, 15)
+        settings = load(None, environ={"VOLCANO_WATCHDOG_DETECTORS__WASTE_INTERVAL_SECONDS": "5"},
+                        detectors={"check_interval_seconds": 2}, sources={"flush_interval_seconds": 1.5})
+        tuned = Watchdog(settings, engine, None)
+        assert (tuned.intervals.checks, tuned.intervals.waste, tuned.intervals.flush) == (2, 5, 1.5)
+        assert tuned.detectors.waste.settle_seconds == 6
+    finally:
+        engine.dispose()

@@ -23,6 +23,7 @@ from volcano_monitor.simulator.authn import Authn
 from volcano_monitor.simulator.runtime import SimulatorThread, write_kubeconfig
 
 ALICE, ROOT, EXPIRED = "tok-alice-Sekret", "tok-root-Sekret", "tok-bob-expired"
+SPEED = 200  # the default scenario fails and OOMs jobs of both teams within ~20 s of wall time at 200x
 WRITE_TOKEN = "tenants-write-T0ken"
 AUTHN = {
     "users": {ALICE: {"user": "alice", "groups": ["team-a"]}, ROOT: {"user": "root", "groups": ["platform"]},
@@ -56,17 +57,17 @@ def _namespaces(site: Site, path: str) -> set[str]:
 @contextmanager
 def tenant_watchdog(tmp_path: Path) -> Iterator[Site]:
     """The watchdog process, once root sees jobs of team-a and team-b and alerts of team-a and of another
-    namespace (the default scenario fails and OOMs jobs in both teams within a minute at speed 50)."""
+    namespace (the default scenario fails and OOMs jobs in both teams soon after the start at SPEED)."""
     log, kubeconfig, config = tmp_path / "watchdog.log", tmp_path / "kubeconfig", tmp_path / "config.yaml"
     config.write_text(yaml.safe_dump({
         "api_token": WRITE_TOKEN,
         "auth": {"mode": "kubernetes", "cache_ttl_seconds": 30, "trusted_proxies": ["192.0.2.0/24"]},
         "costs": {"currency": "USD", "prices": {"cpu": 0.05, "memory": 0.01}},
         "detectors": FAST_DETECTORS,
-        "sources": {"metrics_api": {"interval_seconds": 0.25}, "rollup_seconds": 1},
+        "sources": {"metrics_api": {"interval_seconds": 0.25}, "rollup_seconds": 1, "flush_interval_seconds": 1},
     }))
     port = free_port()
-    with SimulatorThread(scenario="default", speed=50, tick_interval=0.05) as sim:
+    with SimulatorThread(scenario="default", speed=SPEED, tick_interval=0.05) as sim:
         sim.api.authn = Authn.from_config(AUTHN)
         write_kubeconfig(kubeconfig, sim.url)
         process = subprocess.Popen(

@@ -100,5 +100,13 @@ class Detectors(Section):
                     "ancestor) is at capability or the cluster (root queue's deserved) is full."
     )
     retrying_min_retries: int = Field(default=1, ge=1, description="JobRetrying from this many retries.")
+    check_interval_seconds: float = Field(
+        default=15, gt=0, le=3600,
+        description="Seconds between passes of the gang and queue detectors (GangUnschedulable, PartialGang, "
+                    "QueueStarved, budgets): an alert comes up to this late after its threshold.")
+    waste_interval_seconds: float = Field(
+        default=60, gt=0, le=3600,
+        description="Seconds between passes of JobIdle and OverRequested, which read usage from the database: a "
+                    "shorter one finds waste sooner at the cost of more queries.")
     gpu_stranded: GpuStrandedSettings = GpuStrandedSettings()
     node_hot: NodeHotSettings = NodeHotSettings()
