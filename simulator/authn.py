@@ -135,8 +135,8 @@ class Authn:
         group = str(attrs.get("group") or "")
         resource = f"{attrs.get('resource', '')}.{group}" if group else str(attrs.get("resource", ""))
         namespace = str(attrs.get("namespace") or "")
-        extra = spec.get("extra") if isinstance(spec.get("extra"), dict) else {}
-        scopes = extra.get(SCOPES)
+        extra = spec.get("extra")
+        scopes = extra.get(SCOPES) if isinstance(extra, dict) else None
         allowed = (scopes is None or (isinstance(scopes, list) and bool(namespace) and namespace in scopes)) and any(
             rule.allows(spec["user"], groups, namespace, str(attrs.get("verb", "")), resource) for rule in self.rules)
         status = {"allowed": allowed} if allowed else {"allowed": False, "reason": "no rule allows it"}
