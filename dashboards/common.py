@@ -44,8 +44,24 @@ GPU_UTIL = ('(DCGM_FI_DEV_GPU_UTIL{cluster=~"$cluster", exported_pod="", pod!=""
             'DCGM_FI_DEV_GPU_UTIL{cluster=~"$cluster", exported_pod!=""}, "namespace", "", "exported_namespace"), '
             '"pod", "", "exported_pod"), "container", "", "exported_container"))')
 
-# (resource label value, display name, Grafana unit) of the resources the dashboards chart.
+# (resource label value, display name, Grafana unit) of the resources the Queue panels chart. These are
+# the Queue's own units (spec.capability/deserved and status.allocated are Kubernetes resource names), so
+# GPUs here are `nvidia.com/gpu`: vGPUs under HAMi, absent under Volcano vGPU (docs/gpu-sharing.md).
 RESOURCES = (("cpu", "CPU (cores)", "short"), ("memory", "Memory", "bytes"), ("nvidia_com_gpu", "GPUs", "short"))
+# The exporter's derived resource counting physical cards (unit gpu) on every GPU pod, whatever the sharing
+# scheme: panels counting the GPUs pods, jobs or queues request use it, so a card shared by four HAMi pods
+# counts once, not four times, and Volcano vGPU pods count at all (core/gpushare.py PHYSICAL_GPU).
+PHYSICAL_GPU = "physical_gpu"
+
+
+def unit_note(resource: str) -> str:
+    """The sentence a Queue panel's description ends with to say which GPU unit it shows: the Queue's
+    `nvidia.com/gpu` is not the physical cards the other GPU panels count, and a reader comparing them
+    must know."""
+    if resource == "nvidia_com_gpu":
+        return (" GPUs are in the Queue's own unit, the Kubernetes resource nvidia.com/gpu (vGPUs under HAMi; "
+                "none under Volcano vGPU), not physical cards.")
+    return ""
 
 Panel = Builder[dm.Panel]
 

@@ -13,6 +13,7 @@ from volcano_monitor.dashboards.common import (
     CLUSTER,
     CPU_USED,
     GPU_UTIL,
+    PHYSICAL_GPU,
     Column,
     Panel,
     Query,
@@ -50,7 +51,7 @@ def _idle_per_pod(resource: str, used: str) -> str:
 
 
 IDLE_CORES = _idle_per_pod("cpu", f"sum by (cluster, namespace, pod) ({CPU_USED})")
-IDLE_GPUS = _idle_per_pod("nvidia_com_gpu", f"sum by (cluster, namespace, pod) ({GPU_UTIL}) / 100")
+IDLE_GPUS = _idle_per_pod(PHYSICAL_GPU, f"sum by (cluster, namespace, pod) ({GPU_UTIL}) / 100")
 
 
 def _alerts(kind: str) -> str:

@@ -12,6 +12,7 @@ from volcano_monitor.dashboards.common import (
     CPU_USED,
     GPU_UTIL,
     MEMORY_USED,
+    PHYSICAL_GPU,
     Column,
     Panel,
     Query,
@@ -95,9 +96,10 @@ def _usage() -> list[Panel]:
             unit=unit, width=8, dashed=".* requested"))
     panels.append(timeseries_panel(
         "GPUs per task: busy vs requested", "GPU utilisation (DCGM) as busy GPUs (sum of utilisation / 100) against "
-        "the GPUs the task's running pods requested (dashed).",
+        "the physical GPUs the task's running pods requested (dashed; resource physical_gpu, so a shared card "
+        "counts as the pod's share of it).",
         [Query(f"sum by (cluster, task) ({attributed(GPU_UTIL, J, tasks)}) / 100", "{{task}} busy"),
-         Query(f"sum by (cluster, task) ({running_requests(J, 'nvidia_com_gpu')})", "{{task}} requested")],
+         Query(f"sum by (cluster, task) ({running_requests(J, PHYSICAL_GPU)})", "{{task}} requested")],
         width=8, dashed=".* requested"))
     key = "pod, task, node"
     panels.append(table_panel(

@@ -20,6 +20,7 @@ from volcano_monitor.dashboards.common import (
     stat_panel,
     table_panel,
     timeseries_panel,
+    unit_note,
 )
 
 UID = "volcano-overview"
@@ -63,7 +64,7 @@ def _resources() -> list[Panel]:
         panels.append(timeseries_panel(
             f"{name}: capability, deserved, allocated, pending demand",
             "Per queue: capability (hard limit, dashed), deserved (fair share), allocated now, and the requests "
-            "of its pending pods (demand that is waiting).",
+            "of its pending pods (demand that is waiting), all in the Queue's units." + unit_note(resource),
             [Query(f"max by (cluster, queue) (volcano_queue_spec_capability{{{Q}, {r}}})", "{{queue}} capability"),
              Query(f"max by (cluster, queue) (volcano_queue_spec_deserved{{{Q}, {r}}})", "{{queue}} deserved"),
              Query(f"max by (cluster, queue) (volcano_queue_status_allocated{{{Q}, {r}}})", "{{queue}} allocated"),
@@ -85,8 +86,8 @@ def _resources() -> list[Panel]:
                          f"{short} pending"), unit),
         ]
     panels.append(table_panel("Queues now", "One row per queue: weight, and per resource what it holds, deserves, "
-                              "may hold at most, and what its pending pods ask for.", columns, sort_by="queue",
-                              descending=False))
+                              "may hold at most, and what its pending pods ask for." + unit_note("nvidia_com_gpu"),
+                              columns, sort_by="queue", descending=False))
     panels.append(_tree())
     return panels
 
@@ -110,7 +111,7 @@ def _tree() -> Panel:
                                             f'phase=~"pending|inqueue"}})'), "PodGroups waiting")))
     return table_panel("Queue tree", "Each queue with its parent (`spec.parent`; empty for `root`, whose deserved is "
                        "the whole cluster). Sort by parent to read the tree; allocation of a parent includes its "
-                       "children's.", columns, sort_by="parent", descending=False)
+                       "children's." + unit_note("nvidia_com_gpu"), columns, sort_by="parent", descending=False)
 
 
 def _jobs() -> list[Panel]:

@@ -11,6 +11,7 @@ from volcano_monitor.dashboards.common import (
     CPU_USED,
     GPU_UTIL,
     MEMORY_USED,
+    PHYSICAL_GPU,
     RESOURCES,
     Column,
     Panel,
@@ -24,6 +25,7 @@ from volcano_monitor.dashboards.common import (
     stat_panel,
     table_panel,
     timeseries_panel,
+    unit_note,
 )
 
 UID = "volcano-queue"
@@ -62,7 +64,7 @@ def _resources() -> list[Panel]:
         panels.append(timeseries_panel(
             f"{name}: limits and use", "Guarantee (reserved), deserved (fair share), capability (hard limit; dashed, "
             "with the watchdog's planned capability when a policy manages the queue), allocated now, and the "
-            "requests of the running and pending pods.",
+            "requests of the running and pending pods, all in the Queue's units." + unit_note(resource),
             [Query(f"max(volcano_queue_spec_guarantee{{{Q}, {r}}})", "guarantee"),
              Query(f"max(volcano_queue_spec_deserved{{{Q}, {r}}})", "deserved"),
              Query(f"max(volcano_queue_spec_capability{{{Q}, {r}}})", "capability"),
@@ -122,9 +124,10 @@ def _usage() -> list[Panel]:
                           Query(f'sum(volcano_queue_pod_requests{{{Q}, {running}, resource="memory"}})', "requested")],
                          unit="bytes", width=8),
         timeseries_panel("GPUs: busy vs requested", "GPU utilisation of the queue's pods (DCGM) as busy GPUs "
-                         "(sum of utilisation / 100) against the GPUs its running pods requested.",
+                         "(sum of utilisation / 100) against the physical GPUs its running pods requested "
+                         "(resource physical_gpu: a card shared by several pods counts once).",
                          [Query(f"sum({attributed(GPU_UTIL, Q, ('queue',))}) / 100", "busy"),
-                          Query(f'sum(volcano_queue_pod_requests{{{Q}, {running}, resource="nvidia_com_gpu"}})',
+                          Query(f'sum(volcano_queue_pod_requests{{{Q}, {running}, resource="{PHYSICAL_GPU}"}})',
                                 "requested")], width=8),
         table_panel("Jobs: usage vs requests", "The queue's jobs with running pods: requests of those pods and what "
                     "their containers use now.",
@@ -134,7 +137,7 @@ def _usage() -> list[Panel]:
                             "bytes"),
                      Column(Query(f"sum by (cluster, {key}) ({attributed(MEMORY_USED, Q, jobs)})", "memory used"),
                             "bytes"),
-                     Column(Query(f"sum by (cluster, {key}) ({running_requests(Q, 'nvidia_com_gpu')})",
+                     Column(Query(f"sum by (cluster, {key}) ({running_requests(Q, PHYSICAL_GPU)})",
                                   "GPUs requested")),
                      Column(Query(f"avg by (cluster, {key}) ({attributed(GPU_UTIL, Q, jobs)}) / 100",
                                   "GPU utilisation"),

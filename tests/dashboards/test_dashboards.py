@@ -41,7 +41,7 @@ CLUSTER = 'cluster=~"$cluster"'
 GROUPING = re.compile(r"\b(by|on|ignoring) ?\(([^)]*)\)")
 GRAFANA_BUILTINS = {"__rate_interval", "__interval", "__range", "__range_s"}
 VARIABLE_USE = re.compile(r"\$\{(\w+)(?::\w+)?\}|\$(\w+)|\[\[(\w+)\]\]")
-RESOURCE_VALUES = {"cpu", "memory", "nvidia_com_gpu"}
+RESOURCE_VALUES = {"cpu", "memory", "nvidia_com_gpu", "physical_gpu"}
 
 
 def _load() -> list[dict[str, Any]]:
