@@ -10,6 +10,7 @@ import shutil
 import signal
 import sys
 import time
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
@@ -19,6 +20,22 @@ from volcano_monitor.simulator.stack import Stack, alertmanager_binary, alertman
 ROOT = Path(__file__).resolve().parent.parent
 BIN = Path(sys.executable).parent  # the venv's scripts: printed commands must run as printed
 DEMO_TOKEN = "demo-token"
+
+
+PROD_COST_PER_SECOND = 3e-4  # what the demo's prod queue spends per second of wall time at 10x (measured)
+
+
+def forecast_budget(queue: str, now: datetime) -> dict[str, Any]:
+    """A budget the queue's demo rate would pass before its period ends but not reach in the demo's first
+    minutes, whatever the day: a fixed 20 USD a week read as "within budget" from Sunday morning on (the rate
+    times the little left of the week stayed under it), so BudgetForecast depended on the weekday. The period
+    with more time left (week or month) and 30 % of what the rate would spend in it, at most 20."""
+    monday = (now - timedelta(days=now.weekday())).replace(hour=0, minute=0, second=0, microsecond=0)
+    first = now.replace(day=1, hour=0, minute=0, second=0, microsecond=0)
+    month_end = (first + timedelta(days=32)).replace(day=1)
+    period, end = max((("week", monday + timedelta(days=7)), ("month", month_end)), key=lambda p: p[1])
+    amount = min(20.0, round(0.3 * PROD_COST_PER_SECOND * (end - now).total_seconds(), 2))
+    return {"queue": queue, "period": period, "amount": amount, "forecast_after_seconds": 60}
 
 
 def demo_watchdog_config(webhook: str, api_url: str, prometheus: str | None) -> dict[str, Any]:
@@ -45,7 +62,7 @@ def demo_watchdog_config(webhook: str, api_url: str, prometheus: str | None) -> 
         # the week ends (BudgetForecast).
         "costs": {"currency": "USD", "prices": {"cpu": 0.04, "memory": 0.005, "nvidia.com/gpu": 2.5},
                   "budgets": [{"queue": "research", "period": "week", "amount": 0.05},
-                              {"queue": "prod", "period": "week", "amount": 20, "forecast_after_seconds": 60}]},
+                              forecast_budget("prod", datetime.now(UTC))]},
         "capability": {"enabled": True, "mode": "dry-run", "reconcile_interval_seconds": 30,
                        "policies": {"research-nlp": {"demand": {"window_seconds": 3600}}}},
         "notifications": {

@@ -9,12 +9,14 @@ import signal
 import subprocess
 import sys
 import urllib.request
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 import pytest
 
 from tests.exporter.test_cli import free_port
 from tests.simtools import wait_for
+from volcano_monitor.simulator.demo import PROD_COST_PER_SECOND, forecast_budget
 
 
 @pytest.mark.slow(45)
@@ -50,3 +52,17 @@ def test_demo_starts_everything_and_stops_on_ctrl_c(tmp_path: Path) -> None:
         assert process.wait(60) == 0
     for name in ("volcano-exporter", "volcano-watchdog"):  # the simulator stopped last: nobody lost it
         assert "cannot reach the API server" not in (tmp_path / f"{name}.log").read_text(), name
+
+
+@pytest.mark.parametrize("at", ["2026-11-30T00:30:00", "2026-12-06T06:16:00", "2026-12-06T23:30:00",
+                                "2027-01-31T20:00:00", "2027-02-28T23:00:00"])
+def test_the_demo_budget_forecasts_on_any_day(at: str) -> None:
+    """prod's budget is passed by its demo rate before the period ends but not within the demo's first five
+    minutes, on a Monday morning as on a Sunday night (a fixed weekly 20 USD stopped forecasting on Sundays)."""
+    now = datetime.fromisoformat(at).replace(tzinfo=UTC)
+    budget = forecast_budget("prod", now)
+    midnight = now.replace(hour=0, minute=0, second=0, microsecond=0)
+    ends = {"week": midnight + timedelta(days=7 - now.weekday()),
+            "month": (midnight.replace(day=28) + timedelta(days=4)).replace(day=1)}
+    projected = PROD_COST_PER_SECOND * (ends[budget["period"]] - now).total_seconds()
+    assert PROD_COST_PER_SECOND * 300 < budget["amount"] < projected
