@@ -64,7 +64,9 @@ def _scrape_settled(exporter: Exporter) -> dict[Series, float]:
         return {dict(k)["state"] for k in states} <= {"watching", "not_found"}
 
     wait_for(settled, timeout=20, interval=0.05)
-    return parse(exporter.scrape())
+    # The Nodes informer starts only once a HyperNode exists (v1.12+), for topology_fragmented: an optional
+    # kind whose 403/404 reads as settled, so its self-metrics alert on no release (exporter/topology.py).
+    return {key: value for key, value in parse(exporter.scrape()).items() if ("resource", "nodes") not in key[1]}
 
 
 @pytest.fixture(scope="module")
