@@ -20,6 +20,7 @@ import math
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 
+from volcano_monitor.core.gpushare import group_gpus
 from volcano_monitor.core.hypertree import (
     BAD_REGEX,
     BAD_SELECTOR,
@@ -36,11 +37,37 @@ from volcano_monitor.core.hypertree import (
     resolve,
     tier_of_name,
 )
+from volcano_monitor.core.model import PodGroup
+from volcano_monitor.core.podrequests import res_get
 
-__all__ = ["BAD_REGEX", "BAD_SELECTOR", "LOOP", "PROBLEM_KINDS", "UNKNOWN_HYPERNODE", "UNKNOWN_NODE", "Fragmentation",
-           "HyperNodeRoom", "HyperNodeSpec", "Member", "NodeRoom", "Problem", "Requirement", "Tree", "Verdict",
-           "fits_in_topology", "fragmentation", "largest_gang", "node_usable_gpus", "parse_hypernode_spec", "resolve",
-           "tier_of_name", "topology_verdict", "usable_gpus"]
+__all__ = [
+    "BAD_REGEX",
+    "BAD_SELECTOR",
+    "LOOP",
+    "PROBLEM_KINDS",
+    "UNKNOWN_HYPERNODE",
+    "UNKNOWN_NODE",
+    "Fragmentation",
+    "GangShape",
+    "HyperNodeRoom",
+    "HyperNodeSpec",
+    "Member",
+    "NodeRoom",
+    "Problem",
+    "Requirement",
+    "Tree",
+    "Verdict",
+    "fits_in_topology",
+    "fragmentation",
+    "gang_shape",
+    "largest_gang",
+    "node_usable_gpus",
+    "parse_hypernode_spec",
+    "resolve",
+    "tier_of_name",
+    "topology_verdict",
+    "usable_gpus",
+]
 
 EPSILON = 1e-9
 
@@ -151,6 +178,29 @@ def fits_in_topology(gang_gpus: float, cpu_per_gpu: float, memory_per_gpu: float
     granularity = min(1.0, gang_gpus) if gang_gpus > 0 else 1.0
     best, _ = largest_gang(tree, nodes, highest_tier_allowed, cpu_per_gpu, memory_per_gpu, granularity)
     return best + EPSILON >= gang_gpus
+
+
+GangShape = tuple[float, float, float, int]  # (physical GPUs, cores, bytes, highest tier allowed)
+
+
+def gang_shape(group: PodGroup, pods: tuple[float, float, float, int] | None, tree: Tree) -> GangShape | None:
+    """What a hard-topology PodGroup asks, as the exporter and the watchdog both judge it: its unfinished
+    pods' requests (`pods`: physical GPUs, cores, bytes summed, and how many pods) scaled to minMember of
+    them; with no pod yet, its minResources, vGPUs read by `group_gpus` (the raw amounts are vGPU counts).
+    None when no tier limit is given (by number or by a tier name the tree knows): any HyperNode will do."""
+    topology = group.network_topology
+    if topology is None or topology.mode != "hard":
+        return None
+    tier = topology.highest_tier_allowed
+    if tier is None and topology.highest_tier_name:
+        tier = tier_of_name(tree, topology.highest_tier_name)
+    if tier is None:
+        return None
+    if pods is not None and pods[3] > 0:
+        scale = min(1.0, group.min_member / pods[3]) if group.min_member > 0 else 1.0
+        return pods[0] * scale, pods[1] * scale, pods[2] * scale, tier
+    return (group_gpus(group.min_resources), res_get(group.min_resources, "cpu"),
+            res_get(group.min_resources, "memory"), tier)
 
 
 @dataclass(frozen=True, slots=True)

@@ -28,15 +28,16 @@ from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from volcano_monitor.core.gpushare import group_gpus, node_gpus, physical_gpus
+from volcano_monitor.core.gpushare import node_gpus, physical_gpus
 from volcano_monitor.core.model import Node, Pod, PodGroup, Resources, res_get
 from volcano_monitor.core.topology import (
+    GangShape,
     HyperNodeSpec,
     NodeRoom,
     Tree,
     Verdict,
+    gang_shape,
     resolve,
-    tier_of_name,
     topology_verdict,
 )
 
@@ -189,24 +190,10 @@ class Topology:
                 found[group_key] = verdict.message
         return found
 
-    def _shape(self, group_key: GroupKey, group: PodGroup, tree: Tree) -> tuple[float, float, float, int] | None:
-        """(GPUs, cores, bytes, highest tier) of the gang, as the watchdog's topology view makes it: its
-        unfinished pods' requests (physical GPUs) scaled to minMember of them, else the group's minResources
-        (vGPUs read by `group_gpus`)."""
-        topology = group.network_topology
-        if topology is None:
-            return None
-        tier = topology.highest_tier_allowed
-        if tier is None and topology.highest_tier_name:
-            tier = tier_of_name(tree, topology.highest_tier_name)
-        if tier is None:
-            return None  # no limit given: any HyperNode, or the whole cluster, will do
+    def _shape(self, group_key: GroupKey, group: PodGroup, tree: Tree) -> GangShape | None:
         used = self._group_used.get(group_key)
-        if used is not None and used[3] > 0:
-            scale = min(1.0, group.min_member / used[3]) if group.min_member > 0 else 1.0
-            return used[0] / NANO * scale, used[1] / NANO * scale, used[2] / NANO * scale, tier
-        return (group_gpus(group.min_resources), res_get(group.min_resources, "cpu"),
-                res_get(group.min_resources, "memory"), tier)
+        pods = None if used is None else (used[0] / NANO, used[1] / NANO, used[2] / NANO, used[3])
+        return gang_shape(group, pods, tree)
 
     def _rooms(self) -> dict[str, NodeRoom]:
         rooms = {}

@@ -30,7 +30,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 
 from volcano_monitor.core.exposition import Family
-from volcano_monitor.core.gpushare import group_gpus, physical_gpus
+from volcano_monitor.core.gpushare import physical_gpus
 from volcano_monitor.core.model import Node, PodGroup, res_get
 from volcano_monitor.core.pending import BELOW_TOPOLOGY, group_waiting, with_topology
 from volcano_monitor.core.topology import (
@@ -42,8 +42,8 @@ from volcano_monitor.core.topology import (
     Tree,
     Verdict,
     fragmentation,
+    gang_shape,
     resolve,
-    tier_of_name,
     topology_verdict,
 )
 from volcano_monitor.watchdog.findings.detectors.settings import GpuStrandedSettings
@@ -197,27 +197,17 @@ class TopologyView:
 
     def verdict(self, group: PodGroup) -> Verdict | None:
         """`topology_fragmented` for a waiting PodGroup with a hard network topology, or None."""
-        topology = group.network_topology
-        if topology is None or topology.mode != "hard":
+        if group.network_topology is None or group.network_topology.mode != "hard":
             return None
         snap = self.snapshot()
         if snap is None:
             return None
         gang = snap.gangs.get((group.namespace, group.name))
-        if gang is not None and gang.pods:  # the gang is minMember of its pods (all when it names none)
-            scale = min(1.0, group.min_member / gang.pods) if group.min_member > 0 else 1.0
-            gpus, cpu, memory = gang.gpus * scale, gang.cpu * scale, gang.memory * scale
-        else:  # no pod yet: the group's minResources, vGPUs read as `group_gpus` does (as the ledger)
-            gpus = group_gpus(group.min_resources)
-            cpu, memory = res_get(group.min_resources, "cpu"), res_get(group.min_resources, "memory")
-        tier = topology.highest_tier_allowed
-        if tier is None and topology.highest_tier_name:
-            tier = tier_of_name(snap.tree, topology.highest_tier_name)
-        if tier is None:
-            return None  # no limit given: any HyperNode, or the whole cluster, will do
-        key = (gpus, cpu, memory, tier)
+        key = gang_shape(group, None if gang is None else (gang.gpus, gang.cpu, gang.memory, gang.pods), snap.tree)
+        if key is None:
+            return None
         if key not in snap.verdicts:
-            snap.verdicts[key] = topology_verdict(gpus, cpu, memory, tier, snap.tree, snap.nodes)
+            snap.verdicts[key] = topology_verdict(*key, snap.tree, snap.nodes)
         return snap.verdicts[key]
 
     def _group(self, found: WhyPending) -> PodGroup | None:

@@ -10,6 +10,7 @@ import threading
 from collections.abc import Callable
 from dataclasses import dataclass
 
+from volcano_monitor.core.gpufacts import HAMI_COUNT, HAMI_MEMORY, VGPU_COUNT, VGPU_MEMORY
 from volcano_monitor.core.gpushare import container_share, physical_gpus
 from volcano_monitor.core.kube.informer import DELETED
 from volcano_monitor.core.model import Job, Pod, PodGroup, Queue, res_dict, res_get
@@ -19,18 +20,8 @@ from volcano_monitor.core.queueorder import Priorities, PriorityClass, rank
 from volcano_monitor.watchdog.state.samples import PodInfo
 from volcano_monitor.watchdog.state.workload import CRON_OWNER_KIND, workload_name
 
-
-def gpu_count(resources: Resources) -> float:
-    """Physical GPUs of any vendor that `resources` hold (`core.gpushare.physical_gpus`): a pod's share of
-    shared cards (HAMi, Volcano vGPU: four pods at 25 % of one card hold 0.25 each), whole `*/gpu` otherwise.
-    Every count of GPUs in the watchdog goes through here (or `physical_gpus` itself), never through the raw
-    `nvidia.com/gpu` amount, which on a HAMi node counts vGPU slots."""
-    return physical_gpus(resources)
-
-
-# (vGPU count, vGPU memory in MiB) of HAMi and of Volcano's vGPU: core.gpushare's HAMI_COUNT/HAMI_MEMORY and
-# VGPU_COUNT/VGPU_MEMORY (not in its __all__)
-_MIB_VGPUS = (("nvidia.com/gpu", "nvidia.com/gpumem"), ("volcano.sh/vgpu-number", "volcano.sh/vgpu-memory"))
+# (vGPU count, vGPU memory in MiB) of HAMi and of Volcano's vGPU
+_MIB_VGPUS = ((HAMI_COUNT, HAMI_MEMORY), (VGPU_COUNT, VGPU_MEMORY))
 
 
 def pod_gpus(pod: Pod, card_memory: Callable[[str], float | None] | None = None) -> float:

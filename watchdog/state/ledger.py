@@ -39,7 +39,7 @@ from sqlalchemy.sql.elements import ColumnElement
 
 from volcano_monitor.core.gpushare import group_gpus, physical_gpus
 from volcano_monitor.core.kube.informer import DELETED
-from volcano_monitor.core.model import Job, PodGroup, Resources, res_get
+from volcano_monitor.core.model import Job, PodGroup, res_get
 from volcano_monitor.watchdog.runtime.settings import Retention
 from volcano_monitor.watchdog.state.cost_settings import Costs
 from volcano_monitor.watchdog.state.db.models import Alert, JobRun, UsageRollup, UsageRollupHourly
@@ -77,12 +77,6 @@ def run_seconds(dialect: str) -> Any:
 
 def _time(epoch: float | None) -> datetime | None:
     return None if epoch is None else datetime.fromtimestamp(epoch, UTC)
-
-
-def _gpus(resources: Resources) -> float:
-    """Physical GPUs of any vendor (`core.gpushare.physical_gpus`): four vGPUs at 25 % of one card are 1.0,
-    not 4; whole `*/gpu` count as before."""
-    return physical_gpus(resources)
 
 
 def efficiency(run: JobRun) -> dict[str, float | None]:
@@ -142,7 +136,7 @@ class Ledger:
             "message": job.message, "retry_count": job.retry_count,
             "requested_cpu_cores": res_get(job.requests, "cpu"),
             "requested_memory_bytes": res_get(job.requests, "memory"),
-            "requested_gpus": _gpus(job.requests),
+            "requested_gpus": physical_gpus(job.requests),
             "pods_pending": job.pending, "pods_running": job.running, "pods_succeeded": job.succeeded,
             "pods_failed": job.failed,
         }, now, deleted=event_type == DELETED, keep_times=False)
