@@ -54,6 +54,7 @@ from volcano_monitor.core.pending import (
     queue_path,
 )
 from volcano_monitor.core.queueorder import SortKey
+from volcano_monitor.watchdog.findings.redact import when_ends
 
 DEFAULT_RUN_SECONDS = 3600.0  # a run nothing is known about (no workload, queue or cluster history)
 MIN_RUNS = 3  # runs a level needs before its durations are trusted over the next level's
@@ -271,7 +272,7 @@ class _Play:
                 while waiting and waiting[0][0] <= left + EPSILON:
                     candidates.append(heapq.heappop(waiting)[1])
             if candidates:
-                self._round(max(at, self.now), list(set(candidates)), f"when {last} ends")
+                self._round(max(at, self.now), list(set(candidates)), when_ends(last))
         return self.start
 
 

@@ -22,7 +22,7 @@ from volcano_monitor.simulator.authn import Authn
 from volcano_monitor.simulator.runtime import SimulatorThread
 from volcano_monitor.watchdog.config import Settings
 from volcano_monitor.watchdog.findings.estimates import Estimate
-from volcano_monitor.watchdog.findings.redact import OTHER_JOB, redact_text, redact_value
+from volcano_monitor.watchdog.findings.redact import OTHER_JOB, redact_text, redact_value, when_ends
 from volcano_monitor.watchdog.findings.why import why_router
 from volcano_monitor.watchdog.runtime.app import Watchdog
 from volcano_monitor.watchdog.state.db.models import NotificationDelivery, NotificationGroup
@@ -125,3 +125,11 @@ def test_redaction_keeps_own_namespaces_and_token_mode_unchanged() -> None:
     assert redact_value(details, None) is details
     assert redact_value(details, frozenset()) == {"a": [f"{OTHER_JOB}; {OTHER_JOB}; room now", 3],
                                                   "b": {"c": OTHER_JOB}}
+
+
+def test_the_estimates_phrase_is_the_one_redaction_reads() -> None:
+    """findings.estimates writes waits_for with `when_ends`; every job name Kubernetes allows is redacted."""
+    scope = frozenset({"team-a"})
+    for job in ("team-b/big", "team-b/llama-3.1-8b-sft", "b2/x0", "team-b/a.b-c.9"):
+        assert redact_text(when_ends(job), scope) == OTHER_JOB, job
+    assert redact_text(when_ends("team-a/mine"), scope) == when_ends("team-a/mine")
