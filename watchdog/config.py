@@ -28,7 +28,7 @@ from volcano_monitor.watchdog.actions.notify.settings import Notifications
 from volcano_monitor.watchdog.actions.oomscale.settings import OomScaleUpSettings
 from volcano_monitor.watchdog.findings.detectors.settings import Detectors
 from volcano_monitor.watchdog.findings.recommendations.settings import Recommendations
-from volcano_monitor.watchdog.runtime.settings import LeaderElection, Retention
+from volcano_monitor.watchdog.runtime.settings import ClusterSettings, LeaderElection, Retention
 from volcano_monitor.watchdog.sources.settings import Sources
 from volcano_monitor.watchdog.state.cost_settings import Costs
 from volcano_monitor.watchdog.state.gpu_settings import GpuSharing
@@ -61,6 +61,7 @@ class Settings(Section):
                                   "there too. Unset: only api_token opens them. Every other GET is public.")
     namespaces: list[str] = Field(default_factory=list, description="Namespaces to watch (empty: all).")
     grafana_url: str | None = Field(default=None, description="Grafana base URL, for links in messages.")
+    cluster: ClusterSettings = ClusterSettings()
     sources: Sources = Sources()
     retention: Retention = Retention()
     detectors: Detectors = Detectors()

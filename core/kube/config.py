@@ -61,6 +61,23 @@ def load_configuration(kubeconfig: str | None = None, context: str | None = None
     )
 
 
+def current_context(kubeconfig: str | None = None) -> str | None:
+    """The current context's name of the kubeconfig `load_configuration` would read (None in a pod or
+    without one): a default name for the cluster."""
+    paths = [kubeconfig] if kubeconfig else [p for p in os.environ.get("KUBECONFIG", "").split(os.pathsep) if p]
+    if not paths and not os.environ.get("KUBERNETES_SERVICE_HOST"):
+        paths = [str(Path.home() / ".kube" / "config")]
+    for path in paths:
+        if Path(path).is_file():
+            try:
+                _, active = config.list_kube_config_contexts(config_file=path)  # type: ignore[no-untyped-call]
+            except (ConfigException, OSError, ValueError, TypeError, AttributeError):
+                return None
+            name = active.get("name") if isinstance(active, dict) else None
+            return name if isinstance(name, str) else None
+    return None
+
+
 class ClusterClient(client.ApiClient):
     """An ApiClient that can read its credentials again.
 

@@ -18,10 +18,11 @@ from sqlalchemy.orm import Session
 
 from volcano_monitor.core import gpushare
 from volcano_monitor.core.flags import Parser, env_flag, host_port, log_level_flag
-from volcano_monitor.core.kube.config import ClusterConfigError, load_configuration
+from volcano_monitor.core.kube.config import ClusterConfigError, current_context, load_configuration
 from volcano_monitor.watchdog.config import ConfigError, Settings, load
 from volcano_monitor.watchdog.findings.recommendations.book import compute_recommendations, render
 from volcano_monitor.watchdog.findings.recommendations.output import OUTPUTS
+from volcano_monitor.watchdog.runtime.settings import cluster_name_from_context
 from volcano_monitor.watchdog.state.db.engine import (
     NotReadable,
     check_readable,
@@ -30,6 +31,8 @@ from volcano_monitor.watchdog.state.db.engine import (
     make_engine,
     migrate,
 )
+from volcano_monitor.watchdog.state.db.scope import cluster_of
+from volcano_monitor.watchdog.state.fleet import ClusterNameRequired, check_cluster_name
 
 log = logging.getLogger("volcano-watchdog")
 
@@ -46,6 +49,9 @@ def build_parser() -> argparse.ArgumentParser:
                         "(default: 0.0.0.0:9747) [env VOLCANO_WATCHDOG_LISTEN]")
     parser.add_argument("--database-url", help="SQLAlchemy URL: sqlite:///PATH or postgresql+psycopg://USER@HOST/DB "
                         "(default: sqlite:///volcano-watchdog.db) [env VOLCANO_WATCHDOG_DATABASE_URL]")
+    parser.add_argument("--cluster-name", help="this cluster's name, when several clusters share one database "
+                        "(default: the kubeconfig's current context, else \"default\") [env "
+                        "VOLCANO_WATCHDOG_CLUSTER__NAME]")
     env_flag(parser, "--config", "VOLCANO_WATCHDOG_CONFIG",
              help="YAML configuration file (every key: docs/configuration.md)")
     log_level_flag(parser, "VOLCANO_WATCHDOG")
@@ -165,7 +171,15 @@ def run_watchdog(settings: Settings) -> int:
         return 2
     port = listener.getsockname()[1]
     memory.start_trimmer()
-    engine = make_engine(settings.database_url)
+    engine = make_engine(settings.database_url, cluster=cluster_name(settings))
+    try:
+        claim_cluster(engine, settings)
+    except ClusterNameRequired as exc:
+        print(f"volcano-watchdog: {exc}", file=sys.stderr)
+        return 2
+    except SQLAlchemyError as exc:
+        return database_failure("prepare", engine, exc)
+    log.info("watching cluster %r (database %s)", cluster_of(engine), display_url(engine))
     api = api_client(settings.kubeconfig)
     # One leader (a Lease) sends messages and patches queues; the others watch and store.
     leader = make_leader(api, settings.leader_election).start()
@@ -292,8 +306,20 @@ def run_notify_test(settings: Settings, receiver_name: str) -> int:
     return 1
 
 
+def cluster_name(settings: Settings) -> str:
+    """The cluster this watchdog writes as: `cluster.name`, else the kubeconfig's current context."""
+    return settings.cluster.name or cluster_name_from_context(current_context(settings.kubeconfig))
+
+
+def claim_cluster(engine: Engine, settings: Settings) -> None:
+    """Migrate, then refuse a defaulted name in a database other clusters share (ClusterNameRequired)."""
+    migrate(engine)
+    with Session(engine) as session:
+        check_cluster_name(session, cluster_of(engine), explicit=settings.cluster.name is not None)
+
+
 def run_migrate(settings: Settings) -> int:
-    engine = make_engine(settings.database_url)
+    engine = make_engine(settings.database_url, cluster=cluster_name(settings))
     try:
         migrate(engine)
         with engine.connect() as connection:
@@ -319,7 +345,8 @@ def quiet_libraries(level: str, *more: str) -> None:
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     try:
-        settings = load(args.config, kubeconfig=args.kubeconfig, listen=args.listen, database_url=args.database_url)
+        settings = load(args.config, kubeconfig=args.kubeconfig, listen=args.listen, database_url=args.database_url,
+                        cluster=None if args.cluster_name is None else {"name": args.cluster_name})
         if args.command == "run":
             load_configuration(settings.kubeconfig)
     except (ConfigError, ClusterConfigError) as exc:

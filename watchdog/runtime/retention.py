@@ -41,6 +41,7 @@ from sqlalchemy.sql.elements import ColumnElement
 
 from volcano_monitor.watchdog.config import Settings
 from volcano_monitor.watchdog.state.db.models import UsageRollup, UsageRollupHourly, UTCDateTime
+from volcano_monitor.watchdog.state.db.scope import cluster_of
 from volcano_monitor.watchdog.state.ledger import JOB_RUNS, expired
 from volcano_monitor.watchdog.state.prices import delete_runs
 
@@ -50,19 +51,19 @@ HOUR = 3600
 SQLITE_PAUSE = 0.15  # seconds between chunks on SQLite: more than its busy handler's longest sleep (100 ms)
 ROLLUPS = cast(Table, UsageRollup.__table__)
 HOURLY = cast(Table, UsageRollupHourly.__table__)
-_KEY = ("bucket_start", "namespace", "pod", "container")
+_KEY = ("cluster", "bucket_start", "namespace", "pod", "container")
 _ATTRIBUTION = ("job_uid", "workload", "task", "queue")
 _ADDED = ("samples", "cpu_cores_sum", "memory_bytes_sum", "gpu_samples", "gpu_util_sum", "buckets")
 _MAXED = ("cpu_cores_max", "memory_bytes_max", "gpu_util_max", "gpu_request", "cpu_cores_mean_max", "gpus_used_max")
 _WEIGHTED = ("cpu_request_cores", "memory_request_bytes")  # sample-weighted means
-_COLUMNS = (*_KEY[:1], "bucket_seconds", *_KEY[1:], *_ATTRIBUTION, *_ADDED, *_MAXED, *_WEIGHTED)
+_COLUMNS = (*_KEY[:2], "bucket_seconds", *_KEY[2:], *_ATTRIBUTION, *_ADDED, *_MAXED, *_WEIGHTED)
 
 
 def _aggregates(hour: str, postgres: bool) -> dict[str, str]:
     """SELECT expressions of one hourly row from the 5-minute rows grouped by container and hour."""
     gpus_used = "CASE WHEN gpu_samples > 0 THEN gpu_util_sum / gpu_samples / 100.0 * gpu_request ELSE gpu_request END"
-    out = {"bucket_start": hour, "bucket_seconds": str(HOUR), "namespace": "namespace", "pod": "pod",
-           "container": "container", "buckets": "count(*)",
+    out = {"cluster": "cluster", "bucket_start": hour, "bucket_seconds": str(HOUR), "namespace": "namespace",
+           "pod": "pod", "container": "container", "buckets": "count(*)",
            "cpu_cores_mean_max": "coalesce(max(cpu_cores_sum / nullif(samples, 0)), 0.0)",
            "gpus_used_max": f"max({gpus_used})"}
     out.update({c: f"max({c})" for c in _ATTRIBUTION})
@@ -89,7 +90,8 @@ def _merge(postgres: bool) -> str:
 def _downsample_statements(postgres: bool) -> list[str]:
     """The statements of one downsampling chunk; the last one's result tells how many rows moved."""
     src, dst = ROLLUPS.name, HOURLY.name
-    pick = f"SELECT {{id}} FROM {src} WHERE bucket_start < :cutoff ORDER BY {', '.join(_KEY)} LIMIT :n"
+    pick = (f"SELECT {{id}} FROM {src} WHERE cluster = :cluster AND bucket_start < :cutoff "
+            f"ORDER BY {', '.join(_KEY)} LIMIT :n")
     columns = ", ".join(_COLUMNS)
     if postgres:
         hour = f"to_timestamp(floor(extract(epoch FROM bucket_start) / {HOUR}) * {HOUR})"
@@ -97,7 +99,7 @@ def _downsample_statements(postgres: bool) -> list[str]:
         select_ = ", ".join(agg[c] for c in _COLUMNS)
         return [f"WITH moved AS (DELETE FROM {src} WHERE ctid = ANY(ARRAY({pick.format(id='ctid')})) RETURNING *), "
                 f"merged AS (INSERT INTO {dst} ({columns}) SELECT {select_} FROM moved "
-                f"GROUP BY 1, namespace, pod, container {_merge(True)} RETURNING 1) "
+                f"GROUP BY cluster, 2, namespace, pod, container {_merge(True)} RETURNING 1) "
                 "SELECT count(*) FROM moved"]
     # SQLAlchemy stores an aware datetime on SQLite as 'YYYY-MM-DD HH:MM:SS.ffffff' (UTC): cut to the hour.
     hour = "substr(bucket_start, 1, 13) || ':00:00.000000'"
@@ -105,20 +107,21 @@ def _downsample_statements(postgres: bool) -> list[str]:
     select_ = ", ".join(agg[c] for c in _COLUMNS)
     chunk = f"id IN ({pick.format(id='id')})"
     return [f"INSERT INTO {dst} ({columns}) SELECT {select_} FROM {src} WHERE {chunk} "
-            f"GROUP BY 1, namespace, pod, container {_merge(False)}",
+            f"GROUP BY cluster, 2, namespace, pod, container {_merge(False)}",
             f"DELETE FROM {src} WHERE {chunk}"]
 
 
-def _delete_statement(table: Table, where: ColumnElement[bool], cutoff: datetime, postgres: bool
+def _delete_statement(table: Table, where: ColumnElement[bool], cutoff: datetime, cluster: str, postgres: bool
                       ) -> tuple[Any, dict[str, Any]]:
     """Delete at most :n rows matching `where` (and the parameters it needs besides :n). Usage tables
     on PostgreSQL: by ctid (no primary-key lookups), picked in bucket order through the unique index;
     `where` is then their `bucket_start < cutoff`."""
     if postgres and table.name in (ROLLUPS.name, HOURLY.name):
-        pick = f"SELECT ctid FROM {table.name} WHERE bucket_start < :cutoff ORDER BY bucket_start LIMIT :n"
+        pick = (f"SELECT ctid FROM {table.name} WHERE cluster = :cluster AND bucket_start < :cutoff "
+                "ORDER BY cluster, bucket_start LIMIT :n")
         statement = text(f"DELETE FROM {table.name} WHERE ctid = ANY(ARRAY({pick}))").bindparams(
             bindparam("cutoff", type_=UTCDateTime()))
-        return statement, {"cutoff": cutoff}
+        return statement, {"cutoff": cutoff, "cluster": cluster}
     ids = select(table.c.id).where(where).limit(bindparam("n")).scalar_subquery()
     return delete(table).where(table.c.id.in_(ids)), {}
 
@@ -177,12 +180,13 @@ def run_retention(engine: Engine, settings: Settings, now: datetime,
     chunks = _Chunks(engine, settings.retention.chunk_rows, stop, pace)
     params: dict[str, Any] = {"n": settings.retention.chunk_rows}
     usage_cutoff = now - timedelta(days=settings.retention.usage_days)
-    conditions = expired(settings.retention, now)
+    cluster = cluster_of(engine)
+    conditions = expired(settings.retention, now, cluster)
     counts: dict[str, int] = {}
 
     def deleting(name: str) -> Callable[[Any], int]:
         table, where = conditions[name]
-        statement, extra = _delete_statement(table, where, usage_cutoff, chunks.postgres)
+        statement, extra = _delete_statement(table, where, usage_cutoff, cluster, chunks.postgres)
         bound = {**params, **extra}
 
         def chunk(connection: Any) -> int:
@@ -196,7 +200,7 @@ def run_retention(engine: Engine, settings: Settings, now: datetime,
     if cutoff is not None and not chunks.stopped:
         statements = [text(s).bindparams(bindparam("cutoff", type_=UTCDateTime()))
                       for s in _downsample_statements(chunks.postgres)]
-        moving = {**params, "cutoff": cutoff}
+        moving = {**params, "cutoff": cutoff, "cluster": cluster}
 
         def downsample(connection: Any) -> int:
             result: Any = None

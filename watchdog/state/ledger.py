@@ -43,6 +43,7 @@ from volcano_monitor.core.model import Job, PodGroup, res_get
 from volcano_monitor.watchdog.runtime.settings import Retention
 from volcano_monitor.watchdog.state.cost_settings import Costs
 from volcano_monitor.watchdog.state.db.models import Alert, JobRun, UsageRollup, UsageRollupHourly
+from volcano_monitor.watchdog.state.db.scope import cluster_of
 from volcano_monitor.watchdog.state.prices import delete_runs
 from volcano_monitor.watchdog.state.workload import workload_name
 
@@ -112,7 +113,7 @@ def _upsert_statement(dialect: str, keep_times: bool, deleted: bool, finished_po
     if deleted:
         set_["object_deleted"] = True
         set_["deleted_at"] = func.coalesce(c.deleted_at, bindparam("p_now", type_=c.deleted_at.type))
-    return insert.on_conflict_do_update(index_elements=[c.uid], set_=set_)
+    return insert.on_conflict_do_update(index_elements=[c.cluster, c.uid], set_=set_)
 
 
 class Ledger:
@@ -190,11 +191,12 @@ class Ledger:
         the truth to keep. Open runs (billed to the tree they run under) and runs stored before their queue's
         ancestors were known (a Job listed before its Queue: the path is the bare name) are retagged; a
         finished run keeps the tree it finished in. Returns the rows changed."""
-        c, changed = JOB_RUNS.c, 0
+        c, changed, cluster = JOB_RUNS.c, 0, cluster_of(session)
         for queue, path in paths.items():
             open_run = and_(c.finished_at.is_(None), c.object_deleted.is_(False))
             result = session.execute(update(JOB_RUNS).where(
-                c.queue == queue, c.queue_path != path, or_(open_run, c.queue_path == queue)).values(queue_path=path))
+                c.cluster == cluster, c.queue == queue, c.queue_path != path, or_(open_run, c.queue_path == queue)
+            ).values(queue_path=path))
             changed += cast(CursorResult[Any], result).rowcount
         return changed
 
@@ -202,13 +204,13 @@ class Ledger:
         """After the informers' first full sync: rows of runs whose object no longer exists (deleted
         while the watchdog was down, so no DELETED event came) are marked deleted now; their finish
         stays what the object last said (NULL for a run that never finished)."""
-        c = JOB_RUNS.c
+        c, cluster = JOB_RUNS.c, cluster_of(session)
         live = set(live_uids)
-        candidates = list(session.scalars(select(c.uid).where(c.object_deleted.is_(False))))
+        candidates = list(session.scalars(select(c.uid).where(c.cluster == cluster, c.object_deleted.is_(False))))
         gone = [uid for uid in candidates if uid not in live]
         for i in range(0, len(gone), _CHUNK):
             session.execute(
-                update(JOB_RUNS).where(c.uid.in_(gone[i:i + _CHUNK])).values(
+                update(JOB_RUNS).where(c.cluster == cluster, c.uid.in_(gone[i:i + _CHUNK])).values(
                     object_deleted=True, updated_at=now,
                     deleted_at=func.coalesce(c.deleted_at, literal(now, type_=c.deleted_at.type)),
                 )
@@ -222,24 +224,25 @@ def deleted_rows(session: Session, statement: Any) -> int:
     return max(result.rowcount, 0)
 
 
-def expired(settings: Retention, now: datetime) -> dict[str, tuple[Table, ColumnElement[bool]]]:
-    """What retention removes, per table: usage rollups (both resolutions) by bucket start, ledger
-    rows by finish (a run deleted unfinished counts from its deletion, else its last update), resolved
-    alerts by resolution. Shared by `enforce_retention` and the chunked `watchdog.runtime.retention`, so the
-    two cannot disagree on what is old."""
+def expired(settings: Retention, now: datetime, cluster: str) -> dict[str, tuple[Table, ColumnElement[bool]]]:
+    """What retention removes of `cluster`'s rows (never another cluster's), per table: usage rollups
+    (both resolutions) by bucket start, ledger rows by finish (a run deleted unfinished counts from its
+    deletion, else its last update), resolved alerts by resolution. Shared by `enforce_retention` and the
+    chunked `watchdog.runtime.retention`, so the two cannot disagree on what is old."""
     usage_cutoff = now - timedelta(days=settings.usage_days)
     jobs_cutoff = now - timedelta(days=settings.jobs_days)
     alerts_cutoff = now - timedelta(days=settings.alerts_days)
     return {
-        "usage_rollups": (ROLLUPS, ROLLUPS.c.bucket_start < usage_cutoff),
-        "usage_rollups_hourly": (HOURLY, HOURLY.c.bucket_start < usage_cutoff),
-        "job_runs": (JOB_RUNS, or_(
+        "usage_rollups": (ROLLUPS, and_(ROLLUPS.c.cluster == cluster, ROLLUPS.c.bucket_start < usage_cutoff)),
+        "usage_rollups_hourly": (HOURLY, and_(HOURLY.c.cluster == cluster, HOURLY.c.bucket_start < usage_cutoff)),
+        "job_runs": (JOB_RUNS, and_(JobRun.cluster == cluster, or_(
             JobRun.finished_at < jobs_cutoff,
             and_(JobRun.finished_at.is_(None), JobRun.object_deleted.is_(True),
                  func.coalesce(JobRun.deleted_at, JobRun.updated_at) < jobs_cutoff),
-        )),
+        ))),
         # a held alert (resolved by hand, cause still there) is kept: it is what stops a new episode
-        "alerts": (ALERTS, and_(Alert.state == "resolved", Alert.resolved_at < alerts_cutoff, Alert.held.is_(False))),
+        "alerts": (ALERTS, and_(Alert.cluster == cluster, Alert.state == "resolved", Alert.resolved_at < alerts_cutoff,
+                                Alert.held.is_(False))),
     }
 
 
@@ -251,7 +254,7 @@ def enforce_retention(session: Session, settings: Retention, now: datetime,
     on a thread of its own, which removes the same rows in short chunks (and downsamples)."""
     counts = {name: delete_runs(session, where, costs or Costs()) if table is JOB_RUNS
               else deleted_rows(session, delete(table).where(where))
-              for name, (table, where) in expired(settings, now).items()}
+              for name, (table, where) in expired(settings, now, cluster_of(session)).items()}
     if any(counts.values()):
         log.info("retention removed %s", ", ".join(f"{n} {table}" for table, n in counts.items()))
     return counts

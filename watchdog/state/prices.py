@@ -205,7 +205,7 @@ def delete_runs(session: Session | Connection, where: ColumnElement[bool] | Sequ
             have[i] += priced.total(basis)
     table: Any = CostRetired.__table__
     insert = (postgresql.insert if dialect == "postgresql" else sqlite.insert)(table)
-    statement = insert.on_conflict_do_update(index_elements=[table.c.queue], set_={
+    statement = insert.on_conflict_do_update(index_elements=[table.c.cluster, table.c.queue], set_={
         name: table.c[name] + insert.excluded[name] for name in BASES})
     for queue, (requested, used, idle) in sums.items():
         session.execute(statement, {"queue": queue, "requested": requested, "used": used, "idle": idle})

@@ -17,6 +17,7 @@ from sqlalchemy import Dialect, Table, select
 from sqlalchemy.orm import Session
 
 from volcano_monitor.watchdog.state.db.models import JobRun, UsageRollup
+from volcano_monitor.watchdog.state.db.scope import cluster_of
 from volcano_monitor.watchdog.state.samples import PodInfo
 
 ROLLUPS = cast(Table, UsageRollup.__table__)
@@ -61,15 +62,16 @@ class _Statements:
 
 
 _STATEMENTS: dict[str, _Statements] = {}
-_ROLLUP_KEY = ("bucket_start", "namespace", "pod", "container")
-_ROLLUP_COLUMNS = ("bucket_start", "bucket_seconds", "namespace", "pod", "container", "job_uid", "workload", "task",
-                   "queue", "samples", "cpu_cores_sum", "cpu_cores_max", "memory_bytes_sum", "memory_bytes_max",
+_ROLLUP_KEY = ("cluster", "bucket_start", "namespace", "pod", "container")
+_ROLLUP_COLUMNS = ("cluster", "bucket_start", "bucket_seconds", "namespace", "pod", "container", "job_uid", "workload",
+                   "task", "queue", "samples", "cpu_cores_sum", "cpu_cores_max", "memory_bytes_sum", "memory_bytes_max",
                    "gpu_samples", "gpu_util_sum", "gpu_util_max", "cpu_request_cores", "memory_request_bytes",
                    "gpu_request")
 _ADDED = ("samples", "cpu_cores_sum", "memory_bytes_sum", "gpu_samples", "gpu_util_sum")
 _MAXED = ("cpu_cores_max", "memory_bytes_max", "gpu_util_max")
 _PG_ARRAY_TYPES = {"bucket_start": "timestamptz", "bucket_seconds": "int4", "samples": "int4", "gpu_samples": "int4",
-                   **dict.fromkeys(("namespace", "pod", "container", "job_uid", "workload", "task", "queue"), "text")}
+                   **dict.fromkeys(("cluster", "namespace", "pod", "container", "job_uid", "workload", "task", "queue"),
+                                   "text")}
 _PG_ARRAY_TYPES.update({c: "float8" for c in _ROLLUP_COLUMNS if c not in _PG_ARRAY_TYPES})
 _LATEST = ("job_uid", "workload", "task", "queue", "cpu_request_cores", "memory_request_bytes", "gpu_request")
 
@@ -95,11 +97,11 @@ def statements(dialect: Dialect) -> _Statements:
         increments = ", ".join(f"{c} = {jobs}.{c} + d.{c}" for c in JOB_COLUMNS)
         update_jobs = (f"UPDATE {jobs} SET {increments}, updated_at = %s FROM unnest(%s::text[], "
                        f"{', '.join(['%s::float8[]'] * len(JOB_COLUMNS))}) AS d(uid, {', '.join(JOB_COLUMNS)}) "
-                       f"WHERE {jobs}.uid = d.uid RETURNING {jobs}.uid")
+                       f"WHERE {jobs}.cluster = %s AND {jobs}.uid = d.uid RETURNING {jobs}.uid")
     else:
         upsert = f"INSERT INTO {table} ({columns}) VALUES ({', '.join(['?'] * len(_ROLLUP_COLUMNS))}) {conflict}"
         increments = ", ".join(f"{c} = {c} + ?" for c in JOB_COLUMNS)
-        update_jobs = f"UPDATE {jobs} SET {increments}, updated_at = ? WHERE uid = ?"
+        update_jobs = f"UPDATE {jobs} SET {increments}, updated_at = ? WHERE cluster = ? AND uid = ?"
     bind = ROLLUPS.c.bucket_start.type.dialect_impl(dialect).bind_processor(dialect)
     built = _Statements(postgres, upsert, update_jobs, bind if bind is not None else (lambda value: value))
     _STATEMENTS[dialect.name] = built
@@ -113,6 +115,7 @@ def write_rollups(session: Session, rollups: dict[RollupKey, Rollup], bucket_sec
     connection = session.connection()
     sql = statements(connection.dialect)
     to_db = sql.time
+    cluster = cluster_of(connection)
     starts: dict[int, Any] = {}
     rows: list[tuple[Any, ...]] = []
     append = rows.append
@@ -121,7 +124,7 @@ def write_rollups(session: Session, rollups: dict[RollupKey, Rollup], bucket_sec
         if start is None:
             start = starts[bucket] = to_db(datetime.fromtimestamp(bucket, UTC))
         info: PodInfo = r[8]
-        append((start, bucket_seconds, namespace, pod, container, _text(info.job_uid, 64),
+        append((cluster, start, bucket_seconds, namespace, pod, container, _text(info.job_uid, 64),
                 _text(info.workload, 253), _text(info.task, 253), _text(info.queue, 253), r[0], r[1], r[2],
                 r[3], r[4], r[5], r[6], r[7], info.cpu_request_cores, info.memory_request_bytes, info.gpus))
     if sql.columnar:
@@ -138,19 +141,21 @@ def add_to_job_runs(session: Session, jobs: dict[str, list[float]], now: datetim
     connection = session.connection()
     sql = statements(connection.dialect)
     when = sql.time(now)
+    cluster = cluster_of(connection)
     uids = list(jobs)
     existing: set[str] = set()
     if sql.columnar:
         deltas = list(jobs.values())
         columns = (as_array([d[i] for d in deltas]) for i in range(len(JOB_COLUMNS)))
-        existing.update(connection.exec_driver_sql(sql.update_jobs, (when, uids, *columns)).scalars())
+        existing.update(connection.exec_driver_sql(sql.update_jobs, (when, uids, *columns, cluster)).scalars())
     else:
-        rows = [(*d[:len(JOB_COLUMNS)], when, uid) for uid, d in jobs.items()]
+        rows = [(*d[:len(JOB_COLUMNS)], when, cluster, uid) for uid, d in jobs.items()]
         updated = connection.exec_driver_sql(sql.update_jobs, rows).rowcount  # summed over the rows
         if updated == len(uids):
             existing.update(uids)  # the usual case: every run has its row
         else:
             for i in range(0, len(uids), _CHUNK):
                 chunk = uids[i:i + _CHUNK]
-                existing.update(session.scalars(select(JOB_RUNS.c.uid).where(JOB_RUNS.c.uid.in_(chunk))))
+                existing.update(session.scalars(select(JOB_RUNS.c.uid).where(
+                    JOB_RUNS.c.cluster == cluster, JOB_RUNS.c.uid.in_(chunk))))
     return existing

@@ -290,8 +290,9 @@ def test_readers_use_the_indexes(engine: Engine) -> None:
     assert "ix_usage_rollups_queue_bucket" in _plan(engine, demand, {"q": "q0", "s": since})
     hourly = demand.replace("usage_rollups", "usage_rollups_hourly")
     assert "ix_usage_rollups_hourly_queue_bucket" in _plan(engine, hourly, {"q": "q0", "s": since})
-    window = "SELECT job_uid, sum(samples) FROM usage_rollups WHERE bucket_start >= :s GROUP BY bucket_start, job_uid"
-    plan = _plan(engine, window, {"s": since})  # JobIdle's window, the API's latest bucket, retention
-    unique = "sqlite_autoindex_usage_rollups_1 (bucket_start>?)" if engine.dialect.name == "sqlite" else (
+    window = ("SELECT job_uid, sum(samples) FROM usage_rollups WHERE cluster = :c AND bucket_start >= :s "
+              "GROUP BY bucket_start, job_uid")  # every reader's statement is scoped to its cluster
+    plan = _plan(engine, window, {"s": since, "c": "default"})  # JobIdle's window, the API's latest bucket, retention
+    unique = "sqlite_autoindex_usage_rollups_1 (cluster=? AND bucket_start>?)" if engine.dialect.name == "sqlite" else (
         "uq_usage_rollups_bucket_container")  # SQLite names a unique constraint's index itself
     assert unique in plan

@@ -54,7 +54,7 @@ def save_plan(session: Session, plan: QueuePlan, mode: str, outcome: str, identi
     insert = postgresql.insert if session.get_bind().dialect.name == "postgresql" else sqlite.insert
     statement = insert(PlanRow).values(**values)
     session.execute(statement.on_conflict_do_update(
-        index_elements=[PlanRow.queue], set_={k: v for k, v in values.items() if k != "queue"}))
+        index_elements=[PlanRow.cluster, PlanRow.queue], set_={k: v for k, v in values.items() if k != "queue"}))
 
 
 def record_change(session: Session, change: CapabilityChange) -> int:

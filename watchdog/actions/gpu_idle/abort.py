@@ -166,7 +166,8 @@ class GpuIdleAborter:
                       "acted_at": None if mode == "apply" else now}
             # RETURNING, not rowcount: psycopg reports -1 for an INSERT ... ON CONFLICT DO NOTHING.
             inserted = session.execute(insert(GpuIdleAbortRow).values(**values)
-                                       .on_conflict_do_nothing(index_elements=[GpuIdleAbortRow.job_uid])
+                                       .on_conflict_do_nothing(
+                                           index_elements=[GpuIdleAbortRow.cluster, GpuIdleAbortRow.job_uid])
                                        .returning(GpuIdleAbortRow.id)).first()
             if inserted is None:
                 continue  # this run has its row: recorded (and announced) before

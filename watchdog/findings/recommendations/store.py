@@ -101,7 +101,7 @@ def entry_from_row(row: Any, half_life: float, skipped: Counter[str]) -> Entry:
     return entry
 
 
-_KEY = ("namespace", "workload", "task", "container")
+_KEY = ("cluster", "namespace", "workload", "task", "container")
 
 
 def upsert(session: Session, rows: list[dict[str, Any]]) -> None:

@@ -27,6 +27,8 @@ from sqlalchemy.engine.interfaces import DBAPIConnection
 from sqlalchemy.exc import SQLAlchemyError
 from sqlalchemy.pool import ConnectionPoolEntry
 
+from volcano_monitor.watchdog.state.db.scope import DEFAULT_CLUSTER, cluster_of, scoped
+
 MIGRATIONS = Path(__file__).resolve().parent / "migrations"
 # A SQLite file's pool: each open connection keeps its own page cache (2 MiB by default), which fills as
 # the database grows. SQLAlchemy's default (5 kept, handed out in turn) let every thread warm all five,
@@ -38,7 +40,12 @@ SQLITE_POOL_SIZE, SQLITE_POOL_OVERFLOW = 2, 13
 MIGRATION_LOCK_KEY = 0x766D_7764_6D69_6772
 
 
-def make_engine(url: str, **kwargs: Any) -> Engine:
+def make_engine(url: str, cluster: str = DEFAULT_CLUSTER, **kwargs: Any) -> Engine:
+    """An engine for `url` that writes and reads as `cluster` (watchdog.state.db.scope)."""
+    return scoped(_make_engine(url, **kwargs), cluster)
+
+
+def _make_engine(url: str, **kwargs: Any) -> Engine:
     if url.startswith("postgresql://"):
         url = "postgresql+psycopg://" + url[len("postgresql://"):]
     if url.startswith("sqlite"):
@@ -76,6 +83,7 @@ def alembic_config(engine: Engine, connection: Connection | None = None) -> Conf
     config = Config()
     config.set_main_option("script_location", str(MIGRATIONS))
     config.attributes["engine"] = engine
+    config.attributes["cluster"] = cluster_of(engine)  # the name rows older than the cluster column take
     if connection is not None:
         config.attributes["connection"] = connection
     return config

@@ -31,6 +31,8 @@ from sqlalchemy import (
 from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column
 from sqlalchemy.types import TypeDecorator
 
+from volcano_monitor.watchdog.state.db.scope import Clustered, insert_default
+
 # SQLite only autoincrements INTEGER PRIMARY KEY; PostgreSQL gets 64-bit keys.
 Id = BigInteger().with_variant(Integer(), "sqlite")
 Name = String(253)  # a Kubernetes name / namespace / label value
@@ -59,18 +61,22 @@ class Base(DeclarativeBase):
     type_annotation_map = {datetime: UTCDateTime(), dict[str, Any]: JSON}
 
 
-class JobRun(Base):
+ClusterColumn = Clustered  # the cluster a row belongs to (watchdog.state.db.scope)
+
+
+class JobRun(ClusterColumn, Base):
     """One record per run of a job, kept after the Job object is gone (the ledger)."""
 
     __tablename__ = "job_runs"
     __table_args__ = (
-        Index("ix_job_runs_namespace_name", "namespace", "name"),
+        UniqueConstraint("cluster", "uid", name="uq_job_runs_cluster_uid"),
+        Index("ix_job_runs_namespace_name", "cluster", "namespace", "name"),
         Index("ix_job_runs_queue", "queue"),
-        Index("ix_job_runs_finished_at", "finished_at"),
+        Index("ix_job_runs_finished_at", "cluster", "finished_at"),
     )
 
     id: Mapped[int] = mapped_column(Id, primary_key=True, autoincrement=True)
-    uid: Mapped[str] = mapped_column(String(64), unique=True)  # the Job's UID (a Kubeflow job: its PodGroup's)
+    uid: Mapped[str] = mapped_column(String(64))  # the Job's UID (a Kubeflow job: its PodGroup's)
     kind: Mapped[str] = mapped_column(String(64), default="Job")
     namespace: Mapped[str] = mapped_column(Name)
     name: Mapped[str] = mapped_column(Name)
@@ -115,12 +121,13 @@ class JobRun(Base):
     updated_at: Mapped[datetime]
 
 
-class CostRetired(Base):
+class CostRetired(ClusterColumn, Base):
     """The cost of ledger rows retention removed, per queue and basis, so the cost counters on /metrics
     (`volcano_watchdog_queue_cost_total`: these plus the ledger's) never go down."""
 
     __tablename__ = "cost_retired"
 
+    cluster: Mapped[str] = mapped_column(Name, primary_key=True, default=insert_default)
     queue: Mapped[str] = mapped_column(Name, primary_key=True)
     requested: Mapped[float] = mapped_column(Float, default=0.0)
     used: Mapped[float] = mapped_column(Float, default=0.0)
@@ -153,20 +160,21 @@ class _RollupColumns:
     gpu_request: Mapped[float] = mapped_column(Float, default=0.0)
 
 
-class UsageRollup(_RollupColumns, Base):
+class UsageRollup(ClusterColumn, _RollupColumns, Base):
     """Usage of one container over one time bucket: a few numbers instead of every raw sample."""
 
     __tablename__ = "usage_rollups"
     __table_args__ = (
         # Leads with bucket_start, so it also serves retention's range deletes, JobIdle's window and
         # the API's latest bucket.
-        UniqueConstraint("bucket_start", "namespace", "pod", "container", name="uq_usage_rollups_bucket_container"),
+        UniqueConstraint("cluster", "bucket_start", "namespace", "pod", "container",
+                         name="uq_usage_rollups_bucket_container"),
         Index("ix_usage_rollups_job_uid", "job_uid"),
         Index("ix_usage_rollups_queue_bucket", "queue", "bucket_start"),  # the demand policy's window per queue
     )
 
 
-class UsageRollupHourly(_RollupColumns, Base):
+class UsageRollupHourly(ClusterColumn, _RollupColumns, Base):
     """`usage_rollups` rows older than `retention.downsample_after_hours`, merged per container and hour
     (watchdog.runtime.retention). Sums and sample counts add, maxima take the greater, so every total the
     readers compute stays exact; requests are sample-weighted means (request x samples stays exact).
@@ -176,7 +184,7 @@ class UsageRollupHourly(_RollupColumns, Base):
 
     __tablename__ = "usage_rollups_hourly"
     __table_args__ = (
-        UniqueConstraint("bucket_start", "namespace", "pod", "container",
+        UniqueConstraint("cluster", "bucket_start", "namespace", "pod", "container",
                          name="uq_usage_rollups_hourly_bucket_container"),
         Index("ix_usage_rollups_hourly_queue_bucket", "queue", "bucket_start"),
     )
@@ -188,12 +196,12 @@ class UsageRollupHourly(_RollupColumns, Base):
     gpus_used_max: Mapped[float] = mapped_column(Float, default=0.0)
 
 
-class WorkloadHistogram(Base):
+class WorkloadHistogram(ClusterColumn, Base):
     """Decaying usage histograms of one workload x task x container, for recommendations."""
 
     __tablename__ = "workload_histograms"
     __table_args__ = (
-        UniqueConstraint("namespace", "workload", "task", "container", name="uq_workload_histograms_key"),
+        UniqueConstraint("cluster", "namespace", "workload", "task", "container", name="uq_workload_histograms_key"),
     )
 
     id: Mapped[int] = mapped_column(Id, primary_key=True, autoincrement=True)
@@ -216,12 +224,12 @@ class WorkloadHistogram(Base):
     updated_at: Mapped[datetime]
 
 
-class Alert(Base):
+class Alert(ClusterColumn, Base):
     """One episode of an alert: pending -> firing -> resolved. At most one unresolved row per fingerprint."""
 
     __tablename__ = "alerts"
     __table_args__ = (
-        Index("uq_alerts_active_fingerprint", "fingerprint", unique=True,
+        Index("uq_alerts_active_fingerprint", "cluster", "fingerprint", unique=True,
               sqlite_where=text("state != 'resolved'"), postgresql_where=text("state != 'resolved'")),
         Index("ix_alerts_fingerprint", "fingerprint"),  # once-per-run kinds look up resolved rows too
         Index("ix_alerts_state", "state"),
@@ -249,7 +257,7 @@ class Alert(Base):
     held: Mapped[bool] = mapped_column(default=False, server_default=text("false"))
 
 
-class AlertRequest(Base):
+class AlertRequest(ClusterColumn, Base):
     """A person's request about an alert (resolve), made through the API on any replica and carried out
     by the leader's worker, the only writer of alert state: the alert book, the outbox and the row then
     change in one transaction, and exactly one "resolved" message goes out."""
@@ -265,16 +273,19 @@ class AlertRequest(Base):
     outcome: Mapped[str] = mapped_column(String(32), default="")  # resolved / already_resolved / no_such_alert
 
 
-class NotificationGroup(Base):
+class NotificationGroup(ClusterColumn, Base):
     """One message group of one route and receiver (Alertmanager's aggregation group): the alerts that
     share the route's `group_by` label values. `flush_at`: when the next message is due (None: nothing
     to say until an alert changes). Written in the transaction that changes an alert."""
 
     __tablename__ = "notification_groups"
-    __table_args__ = (Index("ix_notification_groups_flush_at", "flush_at"),)
+    __table_args__ = (
+        Index("ix_notification_groups_flush_at", "flush_at"),
+        UniqueConstraint("cluster", "group_key", name="uq_notification_groups_cluster_key"),
+    )
 
     id: Mapped[int] = mapped_column(Id, primary_key=True, autoincrement=True)
-    group_key: Mapped[str] = mapped_column(String(64), unique=True)
+    group_key: Mapped[str] = mapped_column(String(64))
     receiver: Mapped[str] = mapped_column(String(64))
     route: Mapped[str] = mapped_column(String(64))  # the route's path in the tree, e.g. "0.2"
     labels: Mapped[dict[str, Any]]
@@ -287,7 +298,7 @@ class NotificationGroup(Base):
     updated_at: Mapped[datetime]
 
 
-class NotificationEntry(Base):
+class NotificationEntry(ClusterColumn, Base):
     """An alert's latest state inside a group, and the state last put into a message (`notified_status`)."""
 
     __tablename__ = "notification_entries"
@@ -302,7 +313,7 @@ class NotificationEntry(Base):
     changed_at: Mapped[datetime]
 
 
-class NotificationDelivery(Base):
+class NotificationDelivery(ClusterColumn, Base):
     """One message in the outbox: pending -> sending -> sent, or failed attempts back to pending with a
     later `next_attempt_at`, then dead; `uncertain` when a process died between sending and marking
     (never sent again: the chat services have no idempotency key). Delivered in `id` order per group."""
@@ -328,7 +339,7 @@ class NotificationDelivery(Base):
     updated_at: Mapped[datetime]
 
 
-class Silence(Base):
+class Silence(ClusterColumn, Base):
     """Mutes notifications of matching alerts between `starts_at` and `ends_at` (expiring sets `ends_at`)."""
 
     __tablename__ = "silences"
@@ -344,14 +355,15 @@ class Silence(Base):
     updated_at: Mapped[datetime]
 
 
-class CapabilityPlan(Base):
+class CapabilityPlan(ClusterColumn, Base):
     """The latest plan of one queue's capability policy (watchdog.actions.capability): one row per queue, replaced
     by the leader at every reconcile, so any replica's API can show it."""
 
     __tablename__ = "capability_plans"
+    __table_args__ = (UniqueConstraint("cluster", "queue", name="uq_capability_plans_cluster_queue"),)
 
     id: Mapped[int] = mapped_column(Id, primary_key=True, autoincrement=True)
-    queue: Mapped[str] = mapped_column(Name, unique=True)
+    queue: Mapped[str] = mapped_column(Name)
     policy: Mapped[str] = mapped_column(String(16))  # share / demand
     mode: Mapped[str] = mapped_column(String(16))  # dry-run / apply
     outcome: Mapped[str] = mapped_column(String(16))  # applied, dry_run, unchanged, held, conflict, failed
@@ -361,7 +373,7 @@ class CapabilityPlan(Base):
     planned_at: Mapped[datetime]
 
 
-class CapabilityChange(Base):
+class CapabilityChange(ClusterColumn, Base):
     """The audit trail of capability changes: applied to a Queue, or planned in dry-run mode."""
 
     __tablename__ = "capability_changes"
@@ -381,13 +393,13 @@ class CapabilityChange(Base):
     created_at: Mapped[datetime]
 
 
-class ReportDigestSent(Base):
+class ReportDigestSent(ClusterColumn, Base):
     """A scheduled report digest put into the outbox: one row per digest and period, so a second
     replica (or a new leader) never queues the same digest again. Written in the transaction that
     queues the message; the unique key makes a racing second writer fail instead."""
 
     __tablename__ = "report_digests"
-    __table_args__ = (UniqueConstraint("name", "period_start", name="uq_report_digests_name_period"),)
+    __table_args__ = (UniqueConstraint("cluster", "name", "period_start", name="uq_report_digests_name_period"),)
 
     id: Mapped[int] = mapped_column(Id, primary_key=True, autoincrement=True)
     name: Mapped[str] = mapped_column(String(64))
@@ -399,7 +411,7 @@ class ReportDigestSent(Base):
     created_at: Mapped[datetime]
 
 
-class OomResubmission(Base):
+class OomResubmission(ClusterColumn, Base):
     """OOM auto scale-up's audit trail and lineage (watchdog/actions/oomscale): one row per attempt of a
     lineage (the first run OOM-killed, then its `-oom<N>` resubmissions). The unique key is what makes
     the action idempotent: the leader inserts the row before it creates the Job, so a retry, a restart
@@ -407,7 +419,8 @@ class OomResubmission(Base):
 
     __tablename__ = "oom_resubmissions"
     __table_args__ = (
-        UniqueConstraint("namespace", "lineage_uid", "attempt", name="uq_oom_resubmissions_lineage_attempt"),
+        UniqueConstraint("cluster", "namespace", "lineage_uid", "attempt",
+                         name="uq_oom_resubmissions_lineage_attempt"),
         Index("ix_oom_resubmissions_namespace_lineage", "namespace", "lineage"),
     )
 
@@ -427,17 +440,21 @@ class OomResubmission(Base):
     identity: Mapped[str] = mapped_column(Name, default="")  # the replica that decided
     created_at: Mapped[datetime]
     updated_at: Mapped[datetime]
-class GpuIdleAbortRow(Base):
+class GpuIdleAbortRow(ClusterColumn, Base):
     """The audit trail of the GPU idle abort action: one row per job run (unique UID), written by the
     leader before it creates the Volcano Command, so a retried pass (a database error, a new leader)
     finds the row and never aborts the same run twice. `state`: pending (Command not created yet),
     created, dry_run, gone (the job ended or changed before), failed."""
 
     __tablename__ = "gpu_idle_aborts"
-    __table_args__ = (Index("ix_gpu_idle_aborts_state", "state"), Index("ix_gpu_idle_aborts_created_at", "created_at"))
+    __table_args__ = (
+        Index("ix_gpu_idle_aborts_state", "state"),
+        Index("ix_gpu_idle_aborts_created_at", "created_at"),
+        UniqueConstraint("cluster", "job_uid", name="uq_gpu_idle_aborts_cluster_job_uid"),
+    )
 
     id: Mapped[int] = mapped_column(Id, primary_key=True, autoincrement=True)
-    job_uid: Mapped[str] = mapped_column(String(64), unique=True)
+    job_uid: Mapped[str] = mapped_column(String(64))
     namespace: Mapped[str] = mapped_column(Name)
     job_name: Mapped[str] = mapped_column(Name)
     queue: Mapped[str] = mapped_column(Name, default="")
@@ -453,14 +470,14 @@ class GpuIdleAbortRow(Base):
     identity: Mapped[str] = mapped_column(Name, default="")  # the replica that acted
     created_at: Mapped[datetime]
     acted_at: Mapped[datetime | None]
-class WorkloadBackfill(Base):
+class WorkloadBackfill(ClusterColumn, Base):
     """A workload whose recommendation histograms got their history from Prometheus
     (watchdog.findings.recommendations.backfill):
     one row per workload, written in the transaction that stores the merged histograms, so a restart or
     another replica never back-fills it again (the unique key makes a racing second writer fail)."""
 
     __tablename__ = "workload_backfills"
-    __table_args__ = (UniqueConstraint("namespace", "workload", name="uq_workload_backfills_key"),)
+    __table_args__ = (UniqueConstraint("cluster", "namespace", "workload", name="uq_workload_backfills_key"),)
 
     id: Mapped[int] = mapped_column(Id, primary_key=True, autoincrement=True)
     namespace: Mapped[str] = mapped_column(Name)
@@ -470,3 +487,15 @@ class WorkloadBackfill(Base):
     containers: Mapped[int] = mapped_column(Integer, default=0)  # task x container keys that got history
     samples: Mapped[int] = mapped_column(BigInteger, default=0)  # one-a-minute equivalents added
     created_at: Mapped[datetime]
+
+
+class ClusterHeartbeat(Base):
+    """The last sign of life of each cluster's watchdog (one row per cluster, written by its leader):
+    another cluster's leader raises ClusterStale when it grows old (watchdog.findings.detectors.fleet)."""
+
+    __tablename__ = "cluster_heartbeats"
+
+    cluster: Mapped[str] = mapped_column(Name, primary_key=True)
+    identity: Mapped[str] = mapped_column(Name, default="")  # the leader that wrote it
+    started_at: Mapped[datetime]  # when this cluster first wrote a heartbeat
+    seen_at: Mapped[datetime]
