@@ -9,6 +9,13 @@ echoed: errors name no value.
 
 Each request opens its own Session from the engine; the API holds no state beyond a cache of the
 recommendations it puts on /metrics (they cost seconds on a big history, scrapes come every few).
+
+Many clusters, one database (docs/fleet.md, "API and UI"; `watchdog.views.clusters`): every item carries its
+`cluster`; every list reads the whole fleet unless `?cluster=` (repeated or comma-separated) narrows it, an
+unknown cluster giving an empty list and a malformed name a one-line 422; a job run (addressed by uid) and a
+queue take one `?cluster=` and default to this watchdog's own cluster; alerts are addressed by a
+database-wide id. A resolve of another cluster's alert is stored for that cluster's leader. /metrics is this
+watchdog's own cluster only: each cluster's Prometheus scrapes its own watchdog.
 """
 
 from __future__ import annotations
@@ -32,6 +39,16 @@ from volcano_monitor.watchdog.findings.recommendations import book as recommend
 from volcano_monitor.watchdog.findings.redact import redact_text, redact_value
 from volcano_monitor.watchdog.findings.why import Expected, Explain, no_estimate
 from volcano_monitor.watchdog.state.db.models import Alert, JobRun
+from volcano_monitor.watchdog.state.db.scope import cluster_of, fleet
+from volcano_monitor.watchdog.state.db.scope import scoped as scoped_engine
+from volcano_monitor.watchdog.views.clusters import (
+    Clusters,
+    OneCluster,
+    cluster_filter,
+    invalid_cluster,
+    known_clusters,
+    parse_cluster,
+)
 from volcano_monitor.watchdog.views.guard import AUTH_RESPONSES, check_writes_guarded, token_guard
 from volcano_monitor.watchdog.views.health import Health, QueueView, utcnow
 from volcano_monitor.watchdog.views.metrics import (
@@ -41,7 +58,7 @@ from volcano_monitor.watchdog.views.metrics import (
     render_metrics,
 )
 from volcano_monitor.watchdog.views.report.api import report_router
-from volcano_monitor.watchdog.views.resolve import store_resolve_request, wait_for_request
+from volcano_monitor.watchdog.views.resolve import any_alert, store_resolve_request, wait_for_request
 from volcano_monitor.watchdog.views.schema import (
     AlertId,
     AlertOut,
@@ -53,6 +70,7 @@ from volcano_monitor.watchdog.views.schema import (
     Offset,
     QueueOut,
     QueueUsage,
+    RecommendationOut,
     Status,
     Text,
     Time,
@@ -82,6 +100,15 @@ def open_session(request: Request) -> Iterator[Session]:
 
 
 Db = Annotated[Session, Depends(open_session)]
+InClusters = Annotated[Clusters, Depends(cluster_filter)]
+
+
+def one_cluster(cluster: OneCluster, session: Session) -> str:
+    """An item's cluster: `?cluster=` or this watchdog's own; a malformed name is a one-line 422."""
+    try:
+        return parse_cluster(cluster, cluster_of(session))
+    except ValueError as exc:
+        raise invalid_cluster(cluster, str(exc)) from None
 
 
 class JsonBodies:
@@ -163,8 +190,8 @@ def create_app(engine: Engine, settings: Settings, health: Health, clock: Callab
                                        cost_cache.get(session, now)), media_type=CONTENT_TYPE)
 
     @app.get("/api/v1/alerts", response_model=AlertPage, tags=["alerts"])
-    def list_alerts(session: Db, allowed: Scope = scoped, state: Literal["pending", "firing", "resolved"] | None = None,
-                    kind: Text = None,
+    def list_alerts(session: Db, clusters: InClusters, allowed: Scope = scoped,
+                    state: Literal["pending", "firing", "resolved"] | None = None, kind: Text = None,
                     namespace: Text = None, queue: Text = None, severity: Text = None, limit: Limit = 100,
                     offset: Offset = 0) -> AlertPage:
         """Alerts, newest first (by when the episode started)."""
@@ -173,16 +200,18 @@ def create_app(engine: Engine, settings: Settings, health: Health, clock: Callab
             (Alert.severity, severity)) if value is not None]
         if allowed is not None:
             where.append(Alert.namespace.in_(allowed))
-        total = session.execute(select(func.count()).select_from(Alert).where(*where)).scalar_one()
-        rows = session.scalars(select(Alert).where(*where).order_by(Alert.started_at.desc(), Alert.id.desc())
-                               .limit(limit).offset(offset))
+        total = session.execute(fleet(select(func.count()).select_from(Alert).where(*where), clusters)).scalar_one()
+        rows = session.scalars(fleet(select(Alert).where(*where).order_by(Alert.started_at.desc(), Alert.id.desc())
+                                     .limit(limit).offset(offset), clusters))
         return AlertPage(total=total, limit=limit, offset=offset, items=[alert_out(a, allowed) for a in rows])
 
     @app.get("/api/v1/alerts/{alert_id}", response_model=AlertOut, tags=["alerts"],
              responses={404: {"model": ErrorOut}})
-    def get_alert(session: Db, alert_id: AlertId, allowed: Scope = scoped) -> AlertOut:
-        row = session.get(Alert, alert_id)
-        if row is None or not visible(allowed, row.namespace):  # another team's: as if it did not exist
+    def get_alert(session: Db, alert_id: AlertId, clusters: InClusters, allowed: Scope = scoped) -> AlertOut:
+        """One alert, whichever cluster's (ids are database-wide); `?cluster=` only checks it."""
+        row = any_alert(session, alert_id)
+        if row is None or not visible(allowed, row.namespace) or (  # another team's: as if it did not exist
+                clusters is not None and row.cluster not in clusters):
             raise HTTPException(404, "no such alert")
         return alert_out(row, allowed)
 
@@ -206,11 +235,11 @@ def create_app(engine: Engine, settings: Settings, health: Health, clock: Callab
         if outcome == "no_such_alert":
             raise HTTPException(404, "no such alert")
         with Session(engine) as session:
-            return AlertOut.model_validate(session.get(Alert, alert_id))
+            return AlertOut.model_validate(any_alert(session, alert_id))
 
     @app.get("/api/v1/jobs", response_model=JobPage, tags=["jobs"])
-    def list_jobs(session: Db, allowed: Scope = scoped, namespace: Text = None, queue: Text = None, phase: Text = None,
-                  name: Text = None,
+    def list_jobs(session: Db, clusters: InClusters, allowed: Scope = scoped, namespace: Text = None,
+                  queue: Text = None, phase: Text = None, name: Text = None,
                   workload: Text = None, finished_after: Time = None,
                   finished_before: Time = None, limit: Limit = 100, offset: Offset = 0) -> JobPage:
         """The job ledger, newest first (by creation). `finished_after` is inclusive, `finished_before` not."""
@@ -223,43 +252,58 @@ def create_app(engine: Engine, settings: Settings, health: Health, clock: Callab
             where.append(JobRun.finished_at >= after)
         if (before := aware_utc(finished_before, "finished_before")) is not None:
             where.append(JobRun.finished_at < before)
-        total = session.execute(select(func.count()).select_from(JobRun).where(*where)).scalar_one()
+        total = session.execute(fleet(select(func.count()).select_from(JobRun).where(*where), clusters)).scalar_one()
         newest = func.coalesce(JobRun.created_at, JobRun.updated_at)
-        rows = session.scalars(select(JobRun).where(*where).order_by(newest.desc(), JobRun.id.desc())
-                               .limit(limit).offset(offset))
+        rows = session.scalars(fleet(select(JobRun).where(*where).order_by(newest.desc(), JobRun.id.desc())
+                                     .limit(limit).offset(offset), clusters))
         return JobPage(total=total, limit=limit, offset=offset, items=[job_out(row, settings.costs) for row in rows])
 
     @app.get("/api/v1/jobs/{uid}", response_model=JobOut, tags=["jobs"], responses={404: {"model": ErrorOut}})
-    def get_job(session: Db,
-                uid: Annotated[str, Path(max_length=64, pattern=r"^[^\x00]*$")], allowed: Scope = scoped) -> JobOut:
-        row = session.scalars(select(JobRun).where(JobRun.uid == uid)).first()
+    def get_job(session: Db, uid: Annotated[str, Path(max_length=64, pattern=r"^[^\x00]*$")],
+                cluster: OneCluster = None, allowed: Scope = scoped) -> JobOut:
+        """One run, of `?cluster=` (default: this watchdog's own; two clusters may hold the same uid)."""
+        row = session.scalars(fleet(select(JobRun).where(JobRun.uid == uid), (one_cluster(cluster, session),))).first()
         if row is None or not visible(allowed, row.namespace):  # another team's: as if it did not exist
             raise HTTPException(404, "no such job run")
         return job_out(row, settings.costs)
 
-    @app.get("/api/v1/recommendations", response_model=list[recommend.Recommendation], tags=["recommendations"])
-    def recommendations(session: Db, allowed: Scope = scoped, namespace: Text = None) -> list[recommend.Recommendation]:
+    @app.get("/api/v1/recommendations", response_model=list[RecommendationOut], tags=["recommendations"])
+    def recommendations(session: Db, clusters: InClusters, allowed: Scope = scoped,
+                        namespace: Text = None) -> list[RecommendationOut]:
         """Request recommendations per workload x task x container (base units: cores, bytes), computed from
-        the stored history now."""
+        the stored history now, per cluster (a workload's history is its cluster's)."""
         if namespace is not None and not visible(allowed, namespace):
             return []
-        found = recommend.compute_recommendations(session, settings.recommendations, clock(), namespace)
-        return [rec for rec in found if visible(allowed, rec.namespace)]
+        out = []
+        for name in clusters if clusters is not None else known_clusters(session):
+            with Session(scoped_engine(engine, name)) as theirs:
+                found = recommend.compute_recommendations(theirs, settings.recommendations, clock(), namespace)
+            out += [RecommendationOut.of(rec, name) for rec in found if visible(allowed, rec.namespace)]
+        return out
 
     @app.get("/api/v1/queues", response_model=list[QueueOut], tags=["queues"])
-    def list_queues(session: Db, allowed: Scope = scoped) -> list[QueueOut]:
+    def list_queues(session: Db, clusters: InClusters, allowed: Scope = scoped) -> list[QueueOut]:
         """Each queue's usage in the latest complete bucket next to its capability and allocation (with
-        auth.mode kubernetes: the usage of the caller's namespaces only)."""
-        start, seconds, usage = queue_usage(session, clock(), allowed)
-        views = {view.name: view for view in queues()}
+        auth.mode kubernetes: the usage of the caller's namespaces only). Capability and allocation are known
+        for this watchdog's own cluster (its informer's); another cluster's queues show their usage, state
+        "Unknown"."""
+        own = cluster_of(session)
+        out = []
+        for cluster in clusters if clusters is not None else known_clusters(session):
+            out += _queues_of(session, cluster, allowed, queues() if cluster == own else [])
+        return out
+
+    def _queues_of(session: Session, cluster: str, allowed: Scope, known: list[QueueView]) -> list[QueueOut]:
+        start, seconds, usage = queue_usage(session, clock(), allowed, cluster)
+        views = {view.name: view for view in known}
         for name in usage.keys() - views.keys() - {""}:  # usage of a queue the informer no longer knows
             views[name] = QueueView(name=name, parent="", capability={}, allocated={}, state="Unknown")
         out = []
         for name, view in sorted(views.items()):
             used = usage.get(name) or QueueUsage(bucket_start=start, bucket_seconds=seconds, containers=0,
                                                  cpu_cores=0.0, memory_bytes=0.0, gpu_util_percent=None, gpus_busy=0.0)
-            out.append(QueueOut(name=name, parent=view.parent, state=view.state, capability=view.capability,
-                                allocated=view.allocated, usage=used,
+            out.append(QueueOut(cluster=cluster, name=name, parent=view.parent, state=view.state,
+                                capability=view.capability, allocated=view.allocated, usage=used,
                                 cpu_used_of_capability=ratio_or_none(used.cpu_cores, view.capability.get("cpu", 0.0)),
                                 memory_used_of_capability=ratio_or_none(used.memory_bytes,
                                                                  view.capability.get("memory", 0.0))))

@@ -5,6 +5,7 @@ types, and the conversions from stored rows that the API and the UI share.
 from __future__ import annotations
 
 from collections.abc import Set
+from dataclasses import dataclass, fields
 from datetime import UTC, datetime, timedelta
 from typing import Annotated, Any
 
@@ -14,9 +15,11 @@ from pydantic import BaseModel, BeforeValidator, ConfigDict
 from sqlalchemy import func, select
 from sqlalchemy.orm import Session
 
+from volcano_monitor.watchdog.findings.recommendations.policy import Recommendation
 from volcano_monitor.watchdog.state.cost_settings import Costs
 from volcano_monitor.watchdog.state.db.models import JobRun, UsageRollup
 from volcano_monitor.watchdog.state.prices import is_priced, run_cost
+from volcano_monitor.watchdog.views.clusters import OWN, Own, across
 
 
 class Page(BaseModel):
@@ -28,6 +31,7 @@ class Page(BaseModel):
 class AlertOut(BaseModel):
     model_config = ConfigDict(from_attributes=True)
     id: int
+    cluster: str
     fingerprint: str
     kind: str
     severity: str
@@ -68,6 +72,7 @@ class JobCost(BaseModel):
 
 
 class JobOut(BaseModel):
+    cluster: str
     uid: str
     kind: str
     namespace: str
@@ -118,6 +123,7 @@ class QueueUsage(BaseModel):
 
 
 class QueueOut(BaseModel):
+    cluster: str
     name: str
     parent: str
     state: str
@@ -126,6 +132,17 @@ class QueueOut(BaseModel):
     usage: QueueUsage
     cpu_used_of_capability: float | None
     memory_used_of_capability: float | None
+
+
+@dataclass(frozen=True)
+class RecommendationOut(Recommendation):
+    """A recommendation and the cluster whose history it was computed from."""
+
+    cluster: str = ""
+
+    @classmethod
+    def of(cls, rec: Recommendation, cluster: str) -> RecommendationOut:
+        return cls(**{f.name: getattr(rec, f.name) for f in fields(rec)}, cluster=cluster)
 
 
 class Status(BaseModel):
@@ -195,28 +212,31 @@ def job_out(row: JobRun, costs: Costs | None = None) -> JobOut:
     return JobOut(**fields, efficiency=efficiency, cost=job_cost(row, costs))
 
 
-def queue_usage(session: Session, now: datetime,
-                namespaces: Set[str] | None = None) -> tuple[datetime | None, int | None, dict[str, QueueUsage]]:
+def queue_usage(session: Session, now: datetime, namespaces: Set[str] | None = None,
+                cluster: str | Own = OWN) -> tuple[datetime | None, int | None, dict[str, QueueUsage]]:
     """Per queue, the latest complete bucket: one bucket for every queue, so the numbers are of the same
     moment, and a queue without rows in it used nothing. Buckets are taken to be aligned (every
     container's bucket starts at the same instants) and of the size the newest row has. `namespaces`: only
-    those namespaces' containers (a caller's scope; None: all)."""
-    newest = session.execute(select(UsageRollup.bucket_seconds).where(UsageRollup.bucket_start <= now)
-                             .order_by(UsageRollup.bucket_start.desc()).limit(1)).scalar()
+    those namespaces' containers (a caller's scope; None: all); `cluster`: that cluster's (default: the
+    session's own)."""
+    clusters = cluster if cluster is OWN else (cluster,)
+    newest = session.execute(across(select(UsageRollup.bucket_seconds).where(UsageRollup.bucket_start <= now)
+                                    .order_by(UsageRollup.bucket_start.desc()).limit(1), clusters)).scalar()
     if not newest:
         return None, None, {}
-    start = session.execute(select(func.max(UsageRollup.bucket_start)).where(
-        UsageRollup.bucket_seconds == newest, UsageRollup.bucket_start <= now - timedelta(seconds=newest))).scalar()
+    start = session.execute(across(select(func.max(UsageRollup.bucket_start)).where(
+        UsageRollup.bucket_seconds == newest, UsageRollup.bucket_start <= now - timedelta(seconds=newest)),
+        clusters)).scalar()
     if start is None:
         return None, None, {}
     r = UsageRollup
     gpu_util = r.gpu_util_sum / func.nullif(r.gpu_samples, 0)
-    rows = session.execute(
+    rows = session.execute(across(
         select(r.queue, func.count(), func.sum(r.cpu_cores_sum / func.nullif(r.samples, 0)),
                func.sum(r.memory_bytes_sum / func.nullif(r.samples, 0)), func.avg(gpu_util),
                func.sum(gpu_util / 100.0 * r.gpu_request))
         .where(r.bucket_start == start, r.bucket_seconds == newest,
-               *([r.namespace.in_(namespaces)] if namespaces is not None else [])).group_by(r.queue))
+               *([r.namespace.in_(namespaces)] if namespaces is not None else [])).group_by(r.queue), clusters))
     return start, newest, {queue: QueueUsage(bucket_start=start, bucket_seconds=newest, containers=count,
                                              cpu_cores=cpu or 0.0, memory_bytes=memory or 0.0,
                                              gpu_util_percent=util, gpus_busy=busy or 0.0)

@@ -295,7 +295,7 @@ def test_openapi_documents_every_route(engine: Engine) -> None:
     assert resolve_op["security"] == [{"HTTPBearer": []}]
     assert {"401", "403", "404", "409"} <= set(resolve_op["responses"])
     assert "security" not in spec["paths"]["/api/v1/jobs"]["get"]
-    assert {"AlertPage", "JobPage", "JobOut", "Efficiency", "Recommendation", "QueueOut"} <= set(
+    assert {"AlertPage", "JobPage", "JobOut", "Efficiency", "RecommendationOut", "QueueOut"} <= set(
         spec["components"]["schemas"])
     jobs_params = {p["name"] for p in spec["paths"]["/api/v1/jobs"]["get"]["parameters"]}
     assert {"namespace", "queue", "phase", "name", "finished_after", "finished_before", "limit",
@@ -328,7 +328,7 @@ def test_recommendations(engine: Engine, monkeypatch: pytest.MonkeyPatch) -> Non
                     "oom_bumped": False,  # the fields above are the first version's; those below were added
                     "status": "ok", "message": "", "cpu_limit_cores": None, "memory_limit_bytes": None,
                     "capped_by": {}, "current_requests": None, "current_limits": None, "queue": "", "notes": [],
-                    "gpu_requests": {}}]
+                    "gpu_requests": {}, "cluster": "default"}]
 
 
 def test_recommendations_below_min_confidence_say_why(engine: Engine) -> None:
