@@ -35,6 +35,7 @@ from volcano_monitor.watchdog.actions.notify.sender import Leader, Notifier
 from volcano_monitor.watchdog.config import Settings
 from volcano_monitor.watchdog.findings.detectors.budget import BudgetDetector
 from volcano_monitor.watchdog.findings.detectors.failure import FailureDetector
+from volcano_monitor.watchdog.findings.detectors.fleet import ClusterStaleDetector
 from volcano_monitor.watchdog.findings.detectors.gang import GangDetector
 from volcano_monitor.watchdog.findings.detectors.gpuidle import GpuIdleDetector
 from volcano_monitor.watchdog.findings.detectors.hot import NodeHotDetector
@@ -53,6 +54,7 @@ from volcano_monitor.watchdog.sources.node_metrics import NodeMetricsCollector
 from volcano_monitor.watchdog.state.alerts import AlertBook, Transition
 from volcano_monitor.watchdog.state.cluster import ClusterIndex
 from volcano_monitor.watchdog.state.db.engine import describe_error, migrate
+from volcano_monitor.watchdog.state.db.scope import cluster_of
 from volcano_monitor.watchdog.state.events import SchedulerNotes
 from volcano_monitor.watchdog.state.gpu_idle import GpuIdleTracker
 from volcano_monitor.watchdog.state.hypernodes import HyperNodeTable
@@ -76,7 +78,8 @@ class Watchdog:
         self.intervals = intervals or Intervals(checks=settings.detectors.check_interval_seconds,
                                                 waste=settings.detectors.waste_interval_seconds,
                                                 flush=settings.sources.flush_interval_seconds,
-                                                rollup_bucket=settings.sources.rollup_seconds)
+                                                rollup_bucket=settings.sources.rollup_seconds,
+                                                heartbeat=settings.cluster.heartbeat_interval_seconds)
         self.index = ClusterIndex()
         self.histograms = HistogramBook(settings.recommendations)
         sources = settings.sources
@@ -119,7 +122,10 @@ class Watchdog:
                                                               synced=self.index_synced),
                                      stranded=self.stranded, hot=self.hot, nodes=self.nodes,
                                      nodes_known=self._nodes_known,
-                                     budget=BudgetDetector(settings.costs) if settings.costs.budgets else None)
+                                     budget=BudgetDetector(settings.costs) if settings.costs.budgets else None,
+                                     # the other clusters sharing the database (none: it raises nothing)
+                                     fleet=ClusterStaleDetector(cluster_of(engine),
+                                                                settings.cluster.stale_after_seconds))
         self.alerts = AlertBook()
         self.observer = Observer(self.index, self.detectors.failures, self.detectors.gangs, queues, self.notes,
                                  self.recorder, self.histograms, clock,
@@ -137,6 +143,7 @@ class Watchdog:
         self.notifier = Notifier(self.outbox, engine, settings.notifications.delivery, leader, clock)
         self.tasks = Tasks(settings, engine, clock, self.index, self.detectors, self.alerts, self.recorder,
                            self.histograms, self.outbox, self.notifier, self.stats)
+        self.tasks.identity = str(getattr(self.leader, "identity", None) or self.tasks.identity)  # the heartbeat's
         self.writer = Writer(engine, self.observer, self.tasks, self.alerts, self.histograms, self.recorder,
                              self.leader, self.intervals, settings.retention, clock, self.stats,
                              feeds_synced=lambda: feeds.essential_synced(self.informers))

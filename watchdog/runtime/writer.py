@@ -52,6 +52,7 @@ class Intervals:
     waste: float = 60.0  # idle / over-requested (reads usage from the database)
     flush: float = 15.0  # usage rollups, ledger accumulators, histograms
     requests: float = 1.0  # requests made through the API (on another replica too): resolve an alert
+    heartbeat: float = 30.0  # this cluster's heartbeat, then ClusterStale for the others (cluster.*)
     rollup_bucket: int = 300  # seconds of usage one rollup row summarises
 
 
@@ -95,7 +96,7 @@ class Writer:
         self.started.set()
         now = self.clock()
         next_check, next_waste, next_flush = now, now + self.intervals.waste, now + self.intervals.flush
-        next_retention = next_requests = now
+        next_retention = next_requests = next_heartbeat = now
         while not self.stop.is_set():
             synced = self.feeds_synced()  # checked before taking the batch: the initial events are queued by then
             batch = self._take_batch(timeout=0.2)
@@ -119,6 +120,12 @@ class Writer:
                 self.requested.clear()
                 periodic.append("requests")
                 next_requests = now + self.intervals.requests
+            # The heartbeat on its interval, and in every round of a follower that stores something (a
+            # request pass at least once a second): the round that makes it the leader beats at once,
+            # rather than up to an interval after taking over. A follower's round stores nothing.
+            if now >= next_heartbeat or (not self.leading and (batch or periodic)):
+                periodic.append("heartbeat")
+                next_heartbeat = now + self.intervals.heartbeat
             if batch or periodic:
                 try:
                     self.apply(batch, periodic)
