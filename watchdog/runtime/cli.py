@@ -68,8 +68,9 @@ def build_parser() -> argparse.ArgumentParser:
     report.add_argument("--since", default="7d", help="start: a duration before --until (7d, 36h) or an ISO 8601 "
                         "time (default: 7d)")
     report.add_argument("--until", help="end: a duration before now or an ISO 8601 time (default: now)")
-    report.add_argument("--by", choices=["queue", "namespace", "workload"], default="queue",
-                        help="group by (default: queue; a parent queue includes its children)")
+    report.add_argument("--by", choices=["queue", "namespace", "workload", "cluster"], default="queue",
+                        help="group by (default: queue; a parent queue includes its children; cluster: every "
+                             "cluster in the database, the others this watchdog's cluster)")
     report.add_argument("--top", type=int, default=10, help="top wasters listed (default: 10)")
     report.add_argument("-o", "--output", choices=["table", "csv", "json", "html", "md", "focus"], default="table",
                         help="table, csv, json, html, md, or focus (the runs' costs as FinOps FOCUS CSV)")

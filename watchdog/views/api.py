@@ -32,7 +32,7 @@ from sqlalchemy.exc import SQLAlchemyError
 from sqlalchemy.orm import Session
 
 from volcano_monitor.core.kube.reviews import Scope, visible
-from volcano_monitor.watchdog.actions.notify.api import add_notification_routes
+from volcano_monitor.watchdog.actions.notify.api import add_notification_routes, every_cluster
 from volcano_monitor.watchdog.actions.notify.outbox import Outbox
 from volcano_monitor.watchdog.config import Settings
 from volcano_monitor.watchdog.findings.recommendations import book as recommend
@@ -312,7 +312,7 @@ def create_app(engine: Engine, settings: Settings, health: Health, clock: Callab
     # People's data: behind api_read_token, or with auth.mode kubernetes behind the caller's own identity.
     private = (APIRouter() if tenancy.on else
                APIRouter(dependencies=[Depends(token_guard(settings, reading=True))], responses=AUTH_RESPONSES))
-    add_notification_routes(app, private, writes, engine, outbox, clock, wake_notifier, tenancy.scope)
+    add_notification_routes(app, private, writes, engine, outbox, clock, wake_notifier, tenancy.scope, cluster_filter)
     app.include_router(private)
     app.include_router(report_router(clock, settings.costs, tenancy.scope))
     for router in routers:
@@ -321,6 +321,7 @@ def create_app(engine: Engine, settings: Settings, health: Health, clock: Callab
 
     app.include_router(ui_router(engine, settings, clock, queues, require_token, request_made, request_wait_seconds,
                                  why, expected, tenancy))
+    app.dependency_overrides[every_cluster] = cluster_filter  # the actions' lists: names checked, repeats read
     app.include_router(writes)
     check_writes_guarded(app, require_token)
     if tenancy.on:  # in token mode every route sees everything anyway

@@ -6,7 +6,9 @@ Who the caller is: a bearer token, reviewed with TokenReview; or, when the reque
 `auth.user_header` / `auth.groups_header`. From any other address those headers are ignored: anyone can send
 them. What it may see: every namespace if SubjectAccessReview allows it to `list` Volcano jobs cluster-wide;
 else each namespace the watchdog knows (the ledger's and the alerts', kept `cache_ttl_seconds`) for which
-the per-namespace review allows it. Answers are cached (core/kube/reviews.py), and so is each caller's set.
+the per-namespace review allows it; the namespaces are those of every cluster in the database, and a caller's
+scope applies on top of whatever `?cluster=` selects (a namespace's name means the same team in every cluster).
+Answers are cached (core/kube/reviews.py), and so is each caller's set.
 
 Failures answer one line and leak nothing: 401 for a missing, unknown, malformed or expired token (the same
 words for each, so a token cannot be probed), 503 when the API server cannot review. With `auth.mode:
@@ -20,12 +22,13 @@ from collections.abc import Callable, Iterable
 from concurrent.futures import ThreadPoolExecutor
 
 from fastapi import FastAPI, HTTPException, Request
-from sqlalchemy import Engine, distinct, select, union
+from sqlalchemy import Engine, distinct, select
 from sqlalchemy.exc import SQLAlchemyError
 from sqlalchemy.orm import Session
 
 from volcano_monitor.core.kube.reviews import Identity, Reviews, ReviewUnavailable, Scope, TtlCache
 from volcano_monitor.watchdog.state.db.models import Alert, JobRun
+from volcano_monitor.watchdog.state.db.scope import fleet
 from volcano_monitor.watchdog.views.auth_settings import AuthSettings
 from volcano_monitor.watchdog.views.guard import route_table
 
@@ -91,8 +94,8 @@ class Tenancy:
         if self.engine is not None:
             try:
                 with Session(self.engine) as session:
-                    names.update(n for n in session.scalars(union(select(distinct(JobRun.namespace)),
-                                                                  select(distinct(Alert.namespace)))) if n)
+                    for column in (JobRun.namespace, Alert.namespace):  # of every cluster: lists read the fleet
+                        names.update(n for n in session.scalars(fleet(select(distinct(column)))) if n)
             except SQLAlchemyError as exc:
                 log.warning("known namespaces: database error %s", type(exc).__name__)
                 raise HTTPException(503, "database unavailable") from None

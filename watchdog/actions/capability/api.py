@@ -2,6 +2,9 @@
 
 The plan is this replica's latest (every replica plans), else the one the leader stored (a replica that
 has not reconciled yet); the history is the audit trail in the database, newest first.
+
+Many clusters, one database (docs/fleet.md): a queue is addressed by name, so `?cluster=` says whose (default:
+this watchdog's own); another cluster's plan is the one its leader stored.
 """
 
 from __future__ import annotations
@@ -16,6 +19,7 @@ from sqlalchemy import Engine
 from sqlalchemy.orm import Session
 
 from volcano_monitor.watchdog.actions.capability import store
+from volcano_monitor.watchdog.state.db.scope import cluster_of, scoped
 
 
 class CapabilitySource(Protocol):
@@ -70,6 +74,7 @@ class HistoryPage(BaseModel):
 
 
 class CapabilityOut(BaseModel):
+    cluster: str
     queue: str
     plan: PlanOut | None
     history: HistoryPage
@@ -80,6 +85,9 @@ class ErrorOut(BaseModel):
 
 
 QueueName = Annotated[str, Path(min_length=1, max_length=253, pattern=r"^[^\x00/]+$")]
+ClusterName = Annotated[str | None, Query(min_length=1, max_length=63,
+                                          pattern=r"^[A-Za-z0-9]([A-Za-z0-9._-]{0,61}[A-Za-z0-9])?$",
+                                          description="The queue's cluster (default: the serving watchdog's).")]
 
 
 def capability_router(engine: Engine, controller: CapabilitySource,
@@ -91,11 +99,14 @@ def capability_router(engine: Engine, controller: CapabilitySource,
     @router.get("/api/v1/queues/{name}/capability", response_model=CapabilityOut,
                 responses={404: {"model": ErrorOut, "description": "No such queue."}})
     def queue_capability(name: QueueName, limit: Annotated[int, Query(ge=1, le=1000)] = 20,
-                         offset: Annotated[int, Query(ge=0, le=10**9)] = 0) -> CapabilityOut:
+                         offset: Annotated[int, Query(ge=0, le=10**9)] = 0,
+                         cluster: ClusterName = None) -> CapabilityOut:
         """The queue's capability plan (per resource: current, target, planned, allocated, why) and the
         changes applied or planned in dry-run mode, newest first."""
-        live = controller.status(name)
-        with Session(engine) as session:
+        own = cluster_of(engine)
+        theirs = cluster or own
+        live = controller.status(name) if theirs == own else {}
+        with Session(scoped(engine, theirs)) as session:
             stored = store.get_plan(session, name) if "planned_at" not in live else None
             total, rows = store.history(session, name, limit, offset)
             if "planned_at" in live:
@@ -107,12 +118,12 @@ def capability_router(engine: Engine, controller: CapabilitySource,
                                inputs=stored.inputs)
             else:
                 plan = None
-            if plan is None and total == 0 and not controller.knows(name):
+            if plan is None and total == 0 and (theirs != own or not controller.knows(name)):
                 raise HTTPException(404, "no such queue")
             items = [ChangeOut(id=r.id, policy=r.policy, mode=r.mode, outcome=r.outcome, before=r.before,
                                after=r.after, why=r.why, inputs=r.inputs, resource_version=r.resource_version,
                                identity=r.identity, created_at=r.created_at) for r in rows]
-        return CapabilityOut(queue=name, plan=plan,
+        return CapabilityOut(cluster=theirs, queue=name, plan=plan,
                              history=HistoryPage(total=total, limit=limit, offset=offset, items=items))
 
     return router

@@ -1,6 +1,12 @@
 """API of notifications: the Alertmanager receiver, silences, the outbox (dead letters included) and
 the receivers' names. Added to the watchdog's app by `watchdog.views.api.create_app`; every write is on the
-token-guarded router (Alertmanager sends the token with `http_config.authorization`)."""
+token-guarded router (Alertmanager sends the token with `http_config.authorization`).
+
+Many clusters, one database (docs/fleet.md): silences and messages name their cluster, the lists read every
+cluster unless `?cluster=` narrows them, and ids are database-wide: expiring a silence or retrying a dead
+letter of another cluster changes that cluster's row, whose watchdog acts on it. A silence is made for this
+watchdog's cluster unless its body names another (the UI's form on another cluster's alert does).
+"""
 
 from __future__ import annotations
 
@@ -24,11 +30,30 @@ from volcano_monitor.watchdog.actions.notify.alertmanager import AlertmanagerPay
 from volcano_monitor.watchdog.actions.notify.outbox import DEAD, PENDING, Outbox
 from volcano_monitor.watchdog.findings.redact import redact_value
 from volcano_monitor.watchdog.state.db.models import NotificationDelivery, Silence
+from volcano_monitor.watchdog.state.db.scope import fleet
 
 __all__ = ["add_notification_routes"]
 
 Id = Annotated[int, Path(ge=1, le=2**63 - 1)]
 STATES = ("pending", "sending", "sent", "dead", "uncertain")
+
+
+ClusterFilter = tuple[str, ...] | None  # the clusters a list reads (None: every one): watchdog.views.clusters
+
+
+ClusterQuery = Annotated[str | None, Query(
+    max_length=2000, pattern=r"^[A-Za-z0-9._,-]*$",
+    description="Only these clusters: comma-separated, or the parameter repeated. Default: every cluster.")]
+
+
+def every_cluster(cluster: ClusterQuery = None) -> ClusterFilter:
+    """The `?cluster=` of the actions' lists. The watchdog's app replaces it (`dependency_overrides`) with
+    `watchdog.views.clusters.cluster_filter` (repeated parameters, names checked); a router served alone
+    reads every cluster."""
+    return None
+
+
+InClusters = Annotated[ClusterFilter, Depends(every_cluster)]
 
 
 class SilenceIn(BaseModel):
@@ -40,6 +65,9 @@ class SilenceIn(BaseModel):
     starts_at: datetime | None = Field(default=None, description="Default: now.")
     created_by: str = Field(default="", max_length=253)
     comment: str = Field(default="", max_length=4000)
+    cluster: str | None = Field(default=None, min_length=1, max_length=63,
+                                pattern=r"^[A-Za-z0-9]([A-Za-z0-9._-]{0,61}[A-Za-z0-9])?$",
+                                description="The cluster whose alerts it mutes (default: the serving watchdog's).")
 
     @field_validator("matchers")
     @classmethod
@@ -73,6 +101,7 @@ class SilenceOut(BaseModel):
     model_config = ConfigDict(from_attributes=True)
 
     id: int
+    cluster: str
     matchers: list[str]
     starts_at: datetime
     ends_at: datetime
@@ -85,6 +114,7 @@ class DeliveryOut(BaseModel):
     model_config = ConfigDict(from_attributes=True)
 
     id: int
+    cluster: str
     receiver: str
     state: str
     attempts: int
@@ -112,12 +142,14 @@ class Accepted(BaseModel):
 
 def add_notification_routes(app: FastAPI, read: APIRouter, writes: APIRouter, engine: Engine, outbox: Outbox | None,
                             clock: Callable[[], datetime], wake: Callable[[], None],
-                            scope: Callable[..., Scope] = every_namespace) -> None:
+                            scope: Callable[..., Scope] = every_namespace,
+                            clusters: Callable[..., ClusterFilter] = every_cluster) -> None:
     """`read`: the router for GETs that show people's data (the messages, with owners' mentions; who
     made a silence): it asks for the read token. `writes`: the write token. `scope`: the namespaces the caller
     may see (auth.mode kubernetes): a message only when every alert in it is of one of them, a silence only
-    when a matcher pins `namespace` to one of them."""
+    when a matcher pins `namespace` to one of them. `clusters`: the dependency reading `?cluster=`."""
     scoped = Depends(scope)  # a default: an Annotated alias here would not resolve (postponed annotations)
+    in_clusters = Depends(clusters)
     @app.exception_handler(RequestValidationError)
     async def bad_request(request: Request, exc: RequestValidationError) -> Response:
         """FastAPI's 422 everywhere but the Alertmanager receiver, which answers 400 with the first
@@ -152,11 +184,11 @@ def add_notification_routes(app: FastAPI, read: APIRouter, writes: APIRouter, en
         return Accepted(alerts=len(alerts), groups=groups)
 
     @read.get("/api/v1/silences", response_model=list[SilenceOut], tags=["notifications"])
-    def list_silences(allowed: Scope = scoped,
+    def list_silences(allowed: Scope = scoped, only: ClusterFilter = in_clusters,
                       active: bool = Query(False, description="Only silences in effect now.")) -> list[SilenceOut]:
         now = clock()
         with Session(engine) as session:
-            query = select(Silence).order_by(Silence.id.desc())
+            query = fleet(select(Silence).order_by(Silence.id.desc()), only)
             if active:
                 query = query.where(Silence.starts_at <= now, Silence.ends_at > now)
             rows = (row for row in session.scalars(query.execution_options(yield_per=200))
@@ -173,7 +205,8 @@ def add_notification_routes(app: FastAPI, read: APIRouter, writes: APIRouter, en
         if body.ends_at <= starts:
             raise HTTPException(400, "ends_at must be after starts_at")
         with Session(engine) as session, session.begin():
-            row = Silence(matchers=body.matchers, starts_at=starts, ends_at=body.ends_at, created_by=body.created_by,
+            row = Silence(**({"cluster": body.cluster} if body.cluster else {}), matchers=body.matchers,
+                          starts_at=starts, ends_at=body.ends_at, created_by=body.created_by,
                           comment=body.comment, created_at=now, updated_at=now)
             session.add(row)
             session.flush()
@@ -185,7 +218,7 @@ def add_notification_routes(app: FastAPI, read: APIRouter, writes: APIRouter, en
         """Expire a silence now (it is kept, with its end time set)."""
         now = clock()
         with Session(engine) as session, session.begin():
-            row = session.get(Silence, silence_id)
+            row = session.scalars(fleet(select(Silence).where(Silence.id == silence_id))).first()
             if row is None:
                 raise HTTPException(404, "no such silence")
             if row.ends_at > now:
@@ -194,13 +227,13 @@ def add_notification_routes(app: FastAPI, read: APIRouter, writes: APIRouter, en
             return _silence_out(row, now)
 
     @read.get("/api/v1/notifications", response_model=list[DeliveryOut], tags=["notifications"])
-    def list_deliveries(allowed: Scope = scoped,
+    def list_deliveries(allowed: Scope = scoped, only: ClusterFilter = in_clusters,
                         state: Annotated[str | None, Query(pattern="^(" + "|".join(STATES) + ")$")] = None,
                         receiver: Annotated[str | None, Query(max_length=64)] = None,
                         limit: Annotated[int, Query(ge=1, le=1000)] = 100) -> list[DeliveryOut]:
         """Messages in the outbox, newest first; `state=dead` lists the dead letters."""
         with Session(engine) as session:
-            query = select(NotificationDelivery).order_by(NotificationDelivery.id.desc())
+            query = fleet(select(NotificationDelivery).order_by(NotificationDelivery.id.desc()), only)
             if state:
                 query = query.where(NotificationDelivery.state == state)
             if receiver:
@@ -218,11 +251,12 @@ def add_notification_routes(app: FastAPI, read: APIRouter, writes: APIRouter, en
         """Send a dead letter again (after fixing the receiver)."""
         now = clock()
         with Session(engine) as session, session.begin():
-            result = cast(CursorResult[Any], session.execute(
+            result = cast(CursorResult[Any], session.execute(fleet(
                 update(NotificationDelivery).where(NotificationDelivery.id == delivery_id,
                                                    NotificationDelivery.state == DEAD)
-                .values(state=PENDING, attempts=0, next_attempt_at=now, updated_at=now)))
-            row = session.get(NotificationDelivery, delivery_id)
+                .values(state=PENDING, attempts=0, next_attempt_at=now, updated_at=now))))
+            row = session.scalars(fleet(select(NotificationDelivery).where(NotificationDelivery.id == delivery_id))
+                                  .execution_options(populate_existing=True)).first()
             if row is None:
                 raise HTTPException(404, "no such message")
             if result.rowcount == 0:

@@ -1,5 +1,9 @@
 """`GET /api/v1/oom-resubmissions`: OOM auto scale-up's lineage and audit trail, from the database (the
-same on every replica), and the chat notice and /metrics family of its decisions."""
+same on every replica), and the chat notice and /metrics family of its decisions.
+
+Many clusters, one database (docs/fleet.md): each decision names its cluster; the list holds every cluster's
+(those with a heartbeat, and this watchdog's) unless `?cluster=` narrows it, each cluster's page read through
+an engine scoped to it and merged newest first."""
 
 from __future__ import annotations
 
@@ -15,10 +19,14 @@ from sqlalchemy.orm import Session
 
 from volcano_monitor.core.exposition import COUNTER, Family
 from volcano_monitor.core.kube.reviews import Scope, every_namespace
+from volcano_monitor.watchdog.actions.notify.api import InClusters
 from volcano_monitor.watchdog.actions.notify.message import AlertItem, rfc3339
 from volcano_monitor.watchdog.actions.notify.outbox import NOTICE_LABEL, Outbox
 from volcano_monitor.watchdog.actions.oomscale import store
 from volcano_monitor.watchdog.actions.oomscale.controller import Decision, Notify, describe
+from volcano_monitor.watchdog.state.db.scope import cluster_of
+from volcano_monitor.watchdog.state.db.scope import scoped as scoped_engine
+from volcano_monitor.watchdog.state.fleet import heartbeats
 from volcano_monitor.watchdog.state.signals import fingerprint
 
 OOM_RESUBMISSIONS = Family("volcano_watchdog_oom_resubmissions_total",
@@ -32,6 +40,7 @@ NOTICE_KIND = "OOMScaleUp"
 
 class ResubmissionOut(BaseModel):
     id: int
+    cluster: str
     namespace: str
     lineage: str
     lineage_uid: str
@@ -65,16 +74,24 @@ def oom_router(engine: Engine, scope: Callable[..., Scope] = every_namespace) ->
     scoped = Depends(scope)
 
     @router.get("/api/v1/oom-resubmissions", response_model=ResubmissionPage)
-    def oom_resubmissions(allowed: Scope = scoped, namespace: Name = None, lineage: Name = None,
+    def oom_resubmissions(clusters: InClusters, allowed: Scope = scoped,
+                          namespace: Name = None, lineage: Name = None,
                           limit: Annotated[int, Query(ge=1, le=1000)] = 50,
                           offset: Annotated[int, Query(ge=0, le=10**9)] = 0) -> ResubmissionPage:
         """OOM auto scale-up decisions, newest first: per attempt of a lineage (`lineage`: the first
         run's Job name) the Job OOM-killed, the one submitted (or that would be, in dry-run), the memory
         before and after per container, and the outcome."""
         with Session(engine) as session:
-            total, rows = store.history(session, namespace, lineage, limit, offset, allowed)
-            items = [ResubmissionOut.model_validate(row, from_attributes=True) for row in rows]
-        return ResubmissionPage(total=total, limit=limit, offset=offset, items=items)
+            names = clusters if clusters is not None else sorted(
+                {h.cluster for h in heartbeats(session)} | {cluster_of(engine)})
+        total, found = 0, []
+        for name in names:
+            with Session(scoped_engine(engine, name)) as session:
+                count, rows = store.history(session, namespace, lineage, limit + offset, 0, allowed)
+                total += count
+                found += [ResubmissionOut.model_validate(row, from_attributes=True) for row in rows]
+        found.sort(key=lambda r: (r.created_at, r.id), reverse=True)
+        return ResubmissionPage(total=total, limit=limit, offset=offset, items=found[offset:offset + limit])
 
     return router
 

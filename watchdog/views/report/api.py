@@ -17,7 +17,8 @@ from sqlalchemy.orm import Session
 
 from volcano_monitor.core.kube.reviews import Scope, every_namespace
 from volcano_monitor.watchdog.state.cost_settings import Costs
-from volcano_monitor.watchdog.views.report.compute import compute_report, parse_moment
+from volcano_monitor.watchdog.views.clusters import Clusters, cluster_filter
+from volcano_monitor.watchdog.views.report.compute import GroupBy, compute_report, parse_moment
 from volcano_monitor.watchdog.views.report.render import render
 
 MEDIA_TYPES = {"json": "application/json", "csv": "text/csv; charset=utf-8", "html": "text/html; charset=utf-8",
@@ -48,14 +49,16 @@ def report_router(clock: Callable[[], datetime] = lambda: datetime.now(UTC), cos
     @router.get("/api/v1/reports", response_class=Response,
                 responses={200: {"content": {t: {} for t in MEDIA_TYPES.values()},
                                  "description": "The report in the format asked for."}})
-    def report(session: Annotated[Session, Depends(_session)], allowed: Scope = scoped,
-               since: Moment = "7d", until: Moment | None = None,
-               by: Literal["queue", "namespace", "workload"] = "queue",
+    def report(session: Annotated[Session, Depends(_session)],
+               clusters: Annotated[Clusters, Depends(cluster_filter)], allowed: Scope = scoped,
+               since: Moment = "7d", until: Moment | None = None, by: GroupBy = "queue",
                format: Literal["json", "csv", "html", "md", "table", "focus"] = "json",
                top: Annotated[int, Query(ge=0, le=100)] = 10) -> Response:
         """Requested vs used core-, GiB- and GPU-hours, their cost (requested, used, idle), waste, top wasters,
         failures, alerts and wait/run time percentiles per queue (a parent includes its children), namespace or
-        workload, over [since, until) (until: now); `focus`: the runs' costs as FinOps FOCUS CSV."""
+        workload, or per cluster, over [since, until) (until: now); `focus`: the runs' costs as FinOps FOCUS CSV.
+        Every cluster's runs unless `cluster` narrows them (a queue, namespace or workload of one name in
+        two clusters is one group)."""
         now = clock()
         try:
             end = parse_moment(until, now) if until else now
@@ -67,7 +70,7 @@ def report_router(clock: Callable[[], datetime] = lambda: datetime.now(UTC), cos
             raise invalid("since", since, str(exc)) from None
         if start >= end:
             raise invalid("since", since, "since must be before until")
-        found = compute_report(session, start, end, by, top, costs, allowed)
+        found = compute_report(session, start, end, by, top, costs, allowed, clusters)
         return Response(render(found, format), media_type=MEDIA_TYPES[format])
 
     return router

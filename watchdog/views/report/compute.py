@@ -14,7 +14,13 @@ Percentiles interpolate linearly between the closest ranks (numpy's default), ov
 have the times: wait = start - creation, run = end - start.
 
 Cost: each run's cost on the three bases (requested, used, idle: watchdog.state.prices.run_cost), summed
-like the hours, in the configured currency. By queue, a parent queue's row includes its children's runs
+like the hours, in the configured currency.
+
+Clusters (docs/fleet.md): by cluster, each cluster's runs and alerts are a group: the report reads every
+cluster in the database (or those `clusters` names). The other groupings read this watchdog's own cluster
+(the CLI, the digests) unless `clusters` says which (the API: every cluster unless `?cluster=` narrows it);
+across clusters a queue, namespace or workload of the same name is one group, its runs summed (a team's
+namespace across the fleet). By queue, a parent queue's row includes its children's runs
 (the ledger keeps each run's queue path, root first): its numbers are its own runs' and every
 descendant's, so the rows of a tree add up to more than the total, which counts each run once. By
 workload: `namespace/workload`.
@@ -36,9 +42,10 @@ from volcano_monitor.watchdog.state.cost_settings import Costs
 from volcano_monitor.watchdog.state.db.models import Alert, JobRun
 from volcano_monitor.watchdog.state.ledger import ended_at
 from volcano_monitor.watchdog.state.prices import BASES, RunCost, run_cost
+from volcano_monitor.watchdog.views.clusters import OWN, Clusters, Own, across
 
-GroupBy = Literal["queue", "namespace", "workload"]
-GROUPINGS: tuple[GroupBy, ...] = ("queue", "namespace", "workload")
+GroupBy = Literal["queue", "namespace", "workload", "cluster"]
+GROUPINGS: tuple[GroupBy, ...] = ("queue", "namespace", "workload", "cluster")
 HOUR = 3600.0
 GIB = float(2**30)
 PERCENTILES = (50, 90, 99)
@@ -137,8 +144,8 @@ def percentile(values: list[float], p: float) -> float | None:
     return ordered[low] + (ordered[high] - ordered[low]) * (rank - low)
 
 
-_COLUMNS = (JobRun.uid, JobRun.kind, JobRun.namespace, JobRun.name, JobRun.queue, JobRun.phase, JobRun.created_at,
-            JobRun.started_at,
+_COLUMNS = (JobRun.cluster, JobRun.uid, JobRun.kind, JobRun.namespace, JobRun.name, JobRun.queue, JobRun.phase,
+            JobRun.created_at, JobRun.started_at,
             JobRun.finished_at, JobRun.deleted_at, JobRun.cpu_core_seconds_requested, JobRun.cpu_core_seconds_used,
             JobRun.memory_byte_seconds_requested, JobRun.memory_byte_seconds_used, JobRun.gpu_seconds_requested,
             JobRun.gpu_seconds_used, JobRun.workload, JobRun.queue_path, JobRun.requested_cpu_cores,
@@ -146,21 +153,24 @@ _COLUMNS = (JobRun.uid, JobRun.kind, JobRun.namespace, JobRun.name, JobRun.queue
             JobRun.cost_memory_used, JobRun.cost_memory_requested, JobRun.cost_gpu_used, JobRun.cost_gpu_requested)
 
 
-def _runs(session: Session, since: datetime, until: datetime, namespaces: Set[str] | None = None) -> Sequence[Any]:
+def _runs(session: Session, since: datetime, until: datetime, namespaces: Set[str] | None = None,
+          clusters: Clusters | Own = OWN) -> Sequence[Any]:
     """The period's runs, only the columns the report reads (whole ORM objects, messages included,
-    took 4 times as long); `namespaces`: only theirs (None: all)."""
+    took 4 times as long); `namespaces`: only theirs (None: all); `clusters`: as `compute_report`'s."""
     end = ended_at()
     started = func.coalesce(JobRun.started_at, JobRun.created_at)
     only = [JobRun.namespace.in_(namespaces)] if namespaces is not None else []
-    return session.execute(select(*_COLUMNS).where(or_(
+    return session.execute(across(select(*_COLUMNS).where(or_(
         and_(end >= since, end < until),
         and_(end.is_(None), started < until),
-    ), *only).order_by(JobRun.id)).all()
+    ), *only).order_by(JobRun.id), clusters)).all()
 
 
 def group_keys(run: Any, by: GroupBy) -> list[str]:
-    """The groups a run counts in: its namespace, its `namespace/workload`, or its queue and every ancestor
-    of it (a row older than queue paths: its queue alone)."""
+    """The groups a run counts in: its cluster, its namespace, its `namespace/workload`, or its queue and every
+    ancestor of it (a row older than queue paths: its queue alone)."""
+    if by == "cluster":
+        return [run.cluster]
     if by == "namespace":
         return [run.namespace]
     if by == "workload":
@@ -172,11 +182,15 @@ def group_keys(run: Any, by: GroupBy) -> list[str]:
 
 
 def compute_report(session: Session, since: datetime, until: datetime, by: GroupBy, top: int = 10,
-                   costs: Costs | None = None, namespaces: Set[str] | None = None) -> Report:
-    """The report of [since, until) grouped by queue, namespace or workload (a run without a queue: "");
-    costs at `costs`' prices (None: no prices, every cost 0); `namespaces`: only their runs and alerts (a
-    reader's scope, auth.mode kubernetes; None: all)."""
+                   costs: Costs | None = None, namespaces: Set[str] | None = None,
+                   clusters: Clusters | Own = OWN) -> Report:
+    """The report of [since, until) grouped by queue, namespace, workload (a run without a queue: "") or
+    cluster; costs at `costs`' prices (None: no prices, every cost 0); `namespaces`: only their runs and alerts
+    (a reader's scope, auth.mode kubernetes; None: all); `clusters`: the clusters read (None: every one; OWN:
+    the session's own, or by cluster every one)."""
     costs = costs or Costs()
+    if by == "cluster" and clusters is OWN:
+        clusters = None
     groups: dict[str, Group] = {}
     total = Group(name="(all)")
     waits: dict[str | None, list[float]] = defaultdict(list)
@@ -184,7 +198,7 @@ def compute_report(session: Session, since: datetime, until: datetime, by: Group
     wasters: list[Waster] = []
     charges: list[Charge] = []
     ancestors: dict[str, list[str]] = {}  # by queue: a queue and its ancestors, from its runs' paths
-    for run in _runs(session, since, until, namespaces):
+    for run in _runs(session, since, until, namespaces, clusters):
         keys = group_keys(run, by)
         key = keys[0]
         ancestors.setdefault(key, keys)
@@ -214,10 +228,11 @@ def compute_report(session: Session, since: datetime, until: datetime, by: Group
                               max(0.0, run.gpu_seconds_requested - run.gpu_seconds_used) / HOUR))
     # Alerts name a queue and a namespace, not a workload: by workload only the total counts them. A
     # child queue's alerts count in its ancestors too, as far as the period's runs tell its path.
-    column = Alert.queue if by == "queue" else Alert.namespace
-    fired = session.execute(select(column, Alert.kind, func.count()).where(
+    column = {"queue": Alert.queue, "cluster": Alert.cluster}.get(by, Alert.namespace)
+    fired = session.execute(across(select(column, Alert.kind, func.count()).where(
         Alert.fired_at >= since, Alert.fired_at < until,
-        *([Alert.namespace.in_(namespaces)] if namespaces is not None else [])).group_by(column, Alert.kind)).all()
+        *([Alert.namespace.in_(namespaces)] if namespaces is not None else [])).group_by(column, Alert.kind),
+        clusters)).all()
     totals: Counter[str] = Counter()
     for key, kind, count in fired:
         totals[str(kind)] += int(count)

@@ -27,6 +27,7 @@ from volcano_monitor.watchdog.actions.notify.outbox import FIRING, NOTICE_LABEL,
 from volcano_monitor.watchdog.actions.notify.sender import Leader
 from volcano_monitor.watchdog.state.db.engine import describe_error
 from volcano_monitor.watchdog.state.db.models import NotificationDelivery, NotificationGroup, ReportDigestSent
+from volcano_monitor.watchdog.state.db.scope import cluster_of
 from volcano_monitor.watchdog.views.report.compute import Report, compute_report
 from volcano_monitor.watchdog.views.report.settings import Digest, Reports
 
@@ -45,12 +46,13 @@ def due_period(digest: Digest, now: datetime, max_delay_seconds: float) -> tuple
     return end - timedelta(seconds=digest.period), end
 
 
-def report_link(api_url: str | None, report: Report) -> str:
-    """The HTML report of exactly this period in the watchdog API ("" without `notifications.api_url`)."""
+def report_link(api_url: str | None, report: Report, cluster: str | None = None) -> str:
+    """The HTML report of exactly this period in the watchdog API ("" without `notifications.api_url`);
+    `cluster`: the digest's (the API's report reads every cluster unless told)."""
     if not api_url:
         return ""
     query = urlencode({"since": rfc3339(report.since), "until": rfc3339(report.until), "by": report.by,
-                       "format": "html"})
+                       "format": "html", **({"cluster": cluster} if cluster else {})})
     return f"{api_url.rstrip('/')}/api/v1/reports?{query}"
 
 
@@ -94,7 +96,7 @@ def queue_digest(session: Session, digest: Digest, period: tuple[datetime, datet
                                                          ReportDigestSent.period_start == start)).first() is not None:
         return False
     report = compute_report(session, start, end, digest.by, top=digest.top)
-    message = digest_message(digest, report, report_link(api_url, report))
+    message = digest_message(digest, report, report_link(api_url, report, cluster_of(session)))
     key = _group_key(digest.name)
     group = session.scalars(select(NotificationGroup).where(NotificationGroup.group_key == key)).first()
     if group is None:  # a group of its own: never flushed (no entries), it only orders the digest's messages
