@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from typing import Any
+from urllib.parse import quote
 
 from volcano_monitor.watchdog.actions.notify.message import AlertItem, rfc3339
 from volcano_monitor.watchdog.findings.recommendations.book import Recommendation
@@ -86,5 +87,7 @@ def alert_item(row: Alert, status: str, *, api_url: str | None = None, recommend
         recommendation=_recommendations(row, details, recommender, workload_of),
         started_at=rfc3339(row.fired_at or row.started_at), resolved_at=rfc3339(row.resolved_at),
         source="watchdog", fingerprint=row.fingerprint,
-        url=f"{api_url.rstrip('/')}/ui/alerts/{row.id}" if api_url else "",  # the UI's page of it
+        # the UI's page of it, in its cluster (any cluster's UI shows it: ids are database-wide)
+        url=f"{api_url.rstrip('/')}/ui/alerts/{row.id}" + (f"?cluster={quote(row.cluster, safe='')}" if row.cluster
+                                                             else "") if api_url else "",
     )

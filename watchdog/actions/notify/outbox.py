@@ -29,6 +29,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import asdict, dataclass
 from datetime import datetime, timedelta
 from typing import Any
+from urllib.parse import quote
 
 from sqlalchemy import ColumnElement, and_, delete, exists, func, select, update
 from sqlalchemy.orm import Session, aliased
@@ -265,25 +266,28 @@ class Outbox:
     def message(self, group: NotificationGroup, alerts: Iterable[AlertItem]) -> Message:
         items = tuple(alerts)
         links: dict[str, str] = {}
+        cluster = quote(group.cluster or "", safe="")  # the group's cluster's pages: one UI serves the fleet
         if self.settings.api_url:
-            links["api"] = self.settings.api_url.rstrip("/") + "/ui/alerts?state=firing"
+            links["api"] = self.settings.api_url.rstrip("/") + "/ui/alerts?state=firing" + (
+                f"&cluster={cluster}" if cluster else "")
         if self.grafana_url:
-            links["grafana"] = self._grafana_link(items)
+            links["grafana"] = (self._grafana_link(items) + (f"var-cluster={cluster}" if cluster else "")).rstrip("?&")
         return Message(receiver=group.receiver, group_key=group.group_key,
                        group_labels={str(k): str(v) for k, v in (group.labels or {}).items()},
                        status=FIRING if any(a.status == FIRING for a in items) else RESOLVED,
                        alerts=items, links=links, mentions=self.mentions(items))
 
     def _grafana_link(self, items: tuple[AlertItem, ...]) -> str:
-        """The Job dashboard for one job, the Queue dashboard for one queue, else the overview."""
+        """The Job dashboard for one job, the Queue dashboard for one queue, else the overview; ends in `?` or
+        `&`, for the cluster variable."""
         jobs = {(a.namespace, a.job_name) for a in items if a.job_name}
         queues = {a.queue for a in items if a.queue}
         if len(jobs) == 1:
             namespace, job_name = next(iter(jobs))
-            return f"{self.grafana_url}/d/volcano-job?var-namespace={namespace}&var-job_name={job_name}"
+            return f"{self.grafana_url}/d/volcano-job?var-namespace={namespace}&var-job_name={job_name}&"
         if len(queues) == 1:
-            return f"{self.grafana_url}/d/volcano-queue?var-queue={next(iter(queues))}"
-        return f"{self.grafana_url}/d/volcano-overview"
+            return f"{self.grafana_url}/d/volcano-queue?var-queue={next(iter(queues))}&"
+        return f"{self.grafana_url}/d/volcano-overview?"
 
     def mentions(self, items: Iterable[AlertItem]) -> MessageMentions:
         owners = self.settings.owners
