@@ -43,6 +43,7 @@ from sqlalchemy.orm import Session
 
 from volcano_monitor.watchdog.state.cost_settings import GPU_PRODUCT_LABEL, Costs
 from volcano_monitor.watchdog.state.db.models import CostRetired, JobRun
+from volcano_monitor.watchdog.state.db.scope import cluster_of
 from volcano_monitor.watchdog.state.samples import PodInfo
 
 HOUR = 3600.0
@@ -189,6 +190,8 @@ def delete_runs(session: Session | Connection, where: ColumnElement[bool] | Sequ
     the caller's transaction; the rows deleted. DELETE ... RETURNING: what is retired is exactly what this
     statement deleted, so two retention passes racing (a leader handing over) cannot retire a run twice."""
     condition = JobRun.id.in_(list(where)) if isinstance(where, Sequence) else where
+    # On a Connection (the chunked retention) the ORM delete is not scoped by a Session: name the cluster.
+    condition = and_(JobRun.cluster == cluster_of(session), condition)
     dialect = session.dialect.name if isinstance(session, Connection) else session.get_bind().dialect.name
     r = JobRun
     gone = session.execute(delete(r).where(condition).returning(

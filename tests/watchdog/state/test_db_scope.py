@@ -110,7 +110,7 @@ def test_a_defaulted_name_is_refused_in_a_database_other_clusters_share(engine: 
                 ("east", "pod-2", NOW, NOW.replace(minute=1))]
             check_cluster_name(session, "west", explicit=True)
             check_cluster_name(session, "east", explicit=False)  # its own heartbeat: the same cluster again
-            with pytest.raises(ClusterNameRequired, match="holds clusters east; set cluster.name"):
+            with pytest.raises(ClusterNameRequired, match=r"holds clusters east; set cluster\.name"):
                 check_cluster_name(session, "west", explicit=False)
     finally:
         shared.dispose()

@@ -19,6 +19,7 @@ from volcano_monitor.watchdog.actions.capability.guardrails import QueuePlan
 from volcano_monitor.watchdog.state.db.models import CapabilityChange as ChangeRow
 from volcano_monitor.watchdog.state.db.models import CapabilityPlan as PlanRow
 from volcano_monitor.watchdog.state.db.models import UsageRollup, UsageRollupHourly, UTCDateTime
+from volcano_monitor.watchdog.state.db.scope import cluster_of
 
 APPLIED, DRY_RUN = "applied", "dry_run"
 HOURLY_SECONDS = 3600  # the downsampled rows' bucket (watchdog.runtime.retention.HOUR)
@@ -98,18 +99,21 @@ def history(session: Session, queue: str, limit: int, offset: int) -> tuple[int,
 
 
 def _seen(session: Session, table: Table, since: datetime, until: datetime) -> list[datetime]:
-    """The distinct bucket starts of `table` in [since, until], by a loose index scan (one index seek
-    per bucket through the unique index that leads with bucket_start): a plain SELECT DISTINCT would
-    read every row of the window, millions at scale."""
+    """The distinct bucket starts of the session's cluster's rows of `table` in [since, until], by a loose
+    index scan (one index seek per bucket through the unique index that leads with cluster, bucket_start):
+    a plain SELECT DISTINCT would read every row of the window, millions at scale. Text SQL is not scoped
+    by the session (watchdog.state.db.scope), so it names the cluster: another cluster's buckets would
+    otherwise count as buckets in which this queue used nothing."""
     t = table.name
     statement = text(
-        f"WITH RECURSIVE seen(t) AS (SELECT (SELECT min(bucket_start) FROM {t} WHERE bucket_start >= :since "
-        f"AND bucket_start <= :until) UNION ALL SELECT (SELECT min(bucket_start) FROM {t} "
-        f"WHERE bucket_start > seen.t AND bucket_start <= :until) FROM seen WHERE seen.t IS NOT NULL) "
-        "SELECT t FROM seen WHERE t IS NOT NULL"
+        f"WITH RECURSIVE seen(t) AS (SELECT (SELECT min(bucket_start) FROM {t} WHERE cluster = :cluster "
+        f"AND bucket_start >= :since AND bucket_start <= :until) UNION ALL SELECT (SELECT min(bucket_start) "
+        f"FROM {t} WHERE cluster = :cluster AND bucket_start > seen.t AND bucket_start <= :until) FROM seen "
+        "WHERE seen.t IS NOT NULL) SELECT t FROM seen WHERE t IS NOT NULL"
     ).bindparams(bindparam("since", type_=UTCDateTime()), bindparam("until", type_=UTCDateTime())
                  ).columns(t=UTCDateTime())
-    return list(session.execute(statement, {"since": since, "until": until}).scalars())
+    bound = {"since": since, "until": until, "cluster": cluster_of(session)}
+    return list(session.execute(statement, bound).scalars())
 
 
 def _per_bucket(session: Session, columns: Any, queue: str, since: datetime, until: datetime,
