@@ -157,13 +157,16 @@ def _runs(session: Session, since: datetime, until: datetime, namespaces: Set[st
           clusters: Clusters | Own = OWN) -> Sequence[Any]:
     """The period's runs, only the columns the report reads (whole ORM objects, messages included,
     took 4 times as long); `namespaces`: only theirs (None: all); `clusters`: as `compute_report`'s."""
+    only = [JobRun.namespace.in_(namespaces)] if namespaces is not None else []
+    return session.execute(across(select(*_COLUMNS).where(in_period(since, until), *only).order_by(JobRun.id),
+                                  clusters)).all()
+
+
+def in_period(since: datetime, until: datetime) -> Any:
+    """The runs a period holds (this module's docstring), as a WHERE clause on job_runs."""
     end = ended_at()
     started = func.coalesce(JobRun.started_at, JobRun.created_at)
-    only = [JobRun.namespace.in_(namespaces)] if namespaces is not None else []
-    return session.execute(across(select(*_COLUMNS).where(or_(
-        and_(end >= since, end < until),
-        and_(end.is_(None), started < until),
-    ), *only).order_by(JobRun.id), clusters)).all()
+    return or_(and_(end >= since, end < until), and_(end.is_(None), started < until))
 
 
 def group_keys(run: Any, by: GroupBy) -> list[str]:

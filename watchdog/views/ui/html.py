@@ -30,7 +30,7 @@ form.inline{display:inline}form{margin:8px 0}input,select,button{font:inherit;ma
 nav.pages a{margin-right:10px}svg{background:#fff;border:1px solid #d0d5db}
 """
 
-NAV = (("/", "Queues"), ("/ui/jobs", "Jobs"), ("/ui/alerts?state=firing", "Alerts"),
+NAV = (("/ui/fleet", "Fleet"), ("/ui/queues", "Queues"), ("/ui/jobs", "Jobs"), ("/ui/alerts?state=firing", "Alerts"),
        ("/ui/silences", "Silences"), ("/ui/notifications", "Notifications"), ("/docs", "API"))
 
 

@@ -228,7 +228,7 @@ def test_links_in_chat_messages_land_on_the_ui(engine: Engine) -> None:
     with Session(engine) as session:
         row = session.scalars(select(Alert)).one()
         url = alert_item(row, "firing", api_url="http://watchdog:9747/").url
-    assert url == f"http://watchdog:9747/ui/alerts/{row.id}"
+    assert url == f"http://watchdog:9747/ui/alerts/{row.id}?cluster=default"  # the alert's cluster
     client = ui(engine)
     page = client.get(url.removeprefix("http://watchdog:9747"))
     assert page.status_code == 200 and "summary 1" in page.text
