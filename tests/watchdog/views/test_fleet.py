@@ -49,6 +49,13 @@ class Fleet:
 
 @pytest.fixture
 def two(database_url: str, engine: Engine) -> Iterator[Fleet]:
+    both = seed_two(database_url)
+    yield both
+    both.a.dispose()
+    both.b.dispose()
+
+
+def seed_two(database_url: str) -> Fleet:
     """Cluster a and cluster b in one migrated database: the same uid and job names in both (two clusters
     seeded alike), b's heartbeat stale."""
     a, b = make_engine(database_url, cluster="a"), make_engine(database_url, cluster="b")
@@ -62,9 +69,7 @@ def two(database_url: str, engine: Engine) -> Iterator[Fleet]:
     with Session(a) as session, session.begin():
         beat(session, "a", "wd-a", NOW - timedelta(seconds=10))
         beat(session, "b", "wd-b", NOW - timedelta(hours=1))
-    yield Fleet(a, b)
-    a.dispose()
-    b.dispose()
+    return Fleet(a, b)
 
 
 def served(engine: Engine, tenancy: Tenancy | None = None, wait: float = 0.2) -> TestClient:
