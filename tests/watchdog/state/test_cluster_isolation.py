@@ -27,8 +27,10 @@ from volcano_monitor.watchdog.actions.capability.store import (
 from volcano_monitor.watchdog.actions.gpu_idle.abort import DRY_RUN, GpuIdleAborter
 from volcano_monitor.watchdog.actions.gpu_idle.settings import GpuIdleSettings
 from volcano_monitor.watchdog.actions.notify import outbox
+from volcano_monitor.watchdog.actions.notify.message import AlertItem
+from volcano_monitor.watchdog.actions.notify.outbox import Outbox
 from volcano_monitor.watchdog.actions.oomscale import store as oom_store
-from volcano_monitor.watchdog.config import Settings
+from volcano_monitor.watchdog.config import Settings, load
 from volcano_monitor.watchdog.findings.detectors.gpuidle import GPU_IDLE
 from volcano_monitor.watchdog.findings.recommendations.book import HistogramBook
 from volcano_monitor.watchdog.runtime import retention
@@ -82,11 +84,13 @@ def _run(uid: str, **kw: Any) -> JobRun:
 
 
 def _rollup(model: type[Any], start: datetime, pod: str = "p0", queue: str = "q", **kw: Any) -> Any:
-    return model(bucket_start=start, bucket_seconds=3600 if model is UsageRollupHourly else 300, namespace="ml",
-                 pod=pod, container="main", job_uid="u-open", workload="train", queue=queue, samples=10,
-                 cpu_cores_sum=5.0, cpu_cores_max=1.0, memory_bytes_sum=1e10, memory_bytes_max=2e9, gpu_samples=10,
-                 gpu_util_sum=500.0, gpu_util_max=60.0, cpu_request_cores=1.0, memory_request_bytes=4e9,
-                 gpu_request=1.0, **kw)
+    values: dict[str, Any] = {
+        "bucket_start": start, "bucket_seconds": 3600 if model is UsageRollupHourly else 300, "namespace": "ml",
+        "pod": pod, "container": "main", "job_uid": "u-open", "workload": "train", "queue": queue, "samples": 10,
+        "cpu_cores_sum": 5.0, "cpu_cores_max": 1.0, "memory_bytes_sum": 1e10, "memory_bytes_max": 2e9,
+        "gpu_samples": 10, "gpu_util_sum": 500.0, "gpu_util_max": 60.0, "cpu_request_cores": 1.0,
+        "memory_request_bytes": 4e9, "gpu_request": 1.0}
+    return model(**(values | kw))
 
 
 def _alert(fp: str, state: str, kind: str = "JobIdle", **kw: Any) -> Alert:
@@ -119,7 +123,8 @@ def _seed(engine: Engine, name: str) -> None:
         s.flush()
         live = groups[1].id
         s.add(NotificationEntry(group_id=live, fingerprint="f-open", status="firing", notified_status=None,
-                                alert={"kind": "JobIdle"}, changed_at=NOW))
+                                alert={"kind": "JobIdle", "severity": "warning", "status": "firing",
+                                       "summary": "idle", "fingerprint": "f-open"}, changed_at=NOW))
         for state, updated in (("sent", stale), ("sending", NOW), ("pending", NOW)):
             s.add(NotificationDelivery(group_id=live, receiver="chat", state=state, message={"to": name},
                                        next_attempt_at=NOW - timedelta(minutes=1), created_at=updated,
@@ -139,7 +144,8 @@ def _seed(engine: Engine, name: str) -> None:
             s.add(GpuIdleAbortRow(job_uid="u1", namespace="ml", job_name="train-u1", queue="research", mode="dry-run",
                                   state=DRY_RUN, identity=name, created_at=NOW - DAY))
             s.add(_alert("f-b-only", "firing"))
-            s.add_all([_rollup(UsageRollup, start, pod="p9", queue="other") for start in B_ONLY_BUCKETS])
+            s.add_all([_rollup(UsageRollup, start, pod="p9", queue="other", memory_bytes_max=9e9)
+                       for start in B_ONLY_BUCKETS])
 
 
 @pytest.fixture
@@ -258,6 +264,7 @@ def test_oom_resubmissions_are_per_cluster(clusters: tuple[Engine, Engine]) -> N
                                    "mode": "apply", "outcome": "pending", "containers": {}, "identity": "a"}, NOW)
     with Session(a) as session:
         assert oom_store.history(session, "ml", "train", 10, 0)[0] == 2
+        assert oom_store.peak_memory(session, "u-open", "", "main") == 2e9  # "b"'s run of the same UID peaked higher
 
 
 @pytest.mark.usefixtures("b_unchanged")
@@ -278,6 +285,29 @@ def test_the_outbox_sends_settles_and_forgets_only_its_own_messages(clusters: tu
     with Session(a) as session:
         assert session.scalars(select(NotificationGroup.group_key)).all() == ["g-live"]  # g-empty forgotten
         assert sorted(session.scalars(select(NotificationDelivery.state))) == ["sent", "uncertain"]
+
+
+def test_the_outbox_groups_and_flushes_only_its_own_alerts(clusters: tuple[Engine, Engine]) -> None:
+    """The same alert in both clusters: a group each (the group key is unique per cluster), and "a"'s flush
+    turns only its own group into a message."""
+    a, b = clusters
+    box = Outbox(load(None, environ={}, notifications={
+        "receivers": [{"name": "chat", "webhook": {"url": "http://127.0.0.1:1/x"}}],
+        "route": {"receiver": "chat", "group_wait": "0s"}}).notifications)
+    item = AlertItem(kind="JobFailed", severity="critical", status="firing", summary="Job ml/train Failed",
+                     namespace="ml", queue="q", job_name="train", fingerprint="fp-train")
+    with Session(b) as session, session.begin():
+        assert box.enqueue(session, item, NOW) == 1
+    before = _rows(a, "b")
+    with Session(a) as session, session.begin():
+        assert box.enqueue(session, item, NOW) == 1
+    with Session(a) as session, session.begin():
+        assert box.flush_due(session, NOW + timedelta(minutes=1)) == 2  # g-live and the new group: its own
+    assert _rows(a, "b") == before
+    with Session(a) as session:
+        assert len(session.scalars(select(NotificationGroup)).all()) == 3
+        pending = session.scalars(select(NotificationDelivery).where(NotificationDelivery.state == "pending")).all()
+        assert len(pending) == 3  # the seeded one and a message of each of its groups
 
 
 @pytest.mark.usefixtures("b_unchanged")
