@@ -105,7 +105,7 @@ def measure(engine: Engine, runs: int) -> dict[str, dict[str, float]]:
     client = TestClient(create_app(engine, settings, Health(ready=lambda: True, collectors=dict), clock=lambda: NOW,
                                    queues=lambda: queues))
     auth = {"Authorization": f"Bearer {TOKEN}"}
-    pages = {"queues": "/", "jobs": "/ui/jobs", "jobs_filtered": "/ui/jobs?queue=q3&phase=Failed",
+    pages = {"queues": "/", "fleet": "/ui/fleet", "jobs": "/ui/jobs", "jobs_filtered": "/ui/jobs?queue=q3&phase=Failed",
              "jobs_deep_page": "/ui/jobs?offset=9000", "job": "/ui/jobs/uid-4321",
              "alerts_firing": "/ui/alerts?state=firing",
              "alerts_all_deep": "/ui/alerts?offset=2000", "alert": "/ui/alerts/5", "silences": "/ui/silences",

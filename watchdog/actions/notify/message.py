@@ -68,7 +68,8 @@ class Message:
     """One notification about one group of alerts, to one receiver.
 
     `status` is "firing" when any alert in it fires, else "resolved". `links`: {"grafana": url,
-    "api": url} where configured. `group_labels`: the labels the route groups by, with this group's
+    "api": url} where configured, each naming the group's cluster (`cluster=`, `var-cluster=`): one UI may
+    serve a fleet of clusters (docs/fleet.md). `group_labels`: the labels the route groups by, with this group's
     values."""
 
     receiver: str
