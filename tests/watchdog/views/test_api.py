@@ -289,7 +289,8 @@ def test_openapi_documents_every_route(engine: Engine) -> None:
     assert isinstance(client.app, FastAPI)
     routes = {r.path for r in route_table(client.app)} - {"/openapi.json", "/docs", "/docs/oauth2-redirect", "/redoc"}
     ui = {"/", "/ui/fleet", "/ui/queues", "/ui/queues/{name}", "/ui/jobs", "/ui/jobs/{uid}", "/ui/alerts",
-          "/ui/alerts/{alert_id}", "/ui/alerts/{alert_id}/resolve", "/ui/silences", "/ui/notifications"}  # HTML pages: not in the OpenAPI
+          "/ui/alerts/{alert_id}", "/ui/alerts/{alert_id}/resolve", "/ui/silences",
+          "/ui/notifications"}  # HTML pages: not in the OpenAPI
     assert routes == expected | ui and set(spec["paths"]) == expected
     resolve_op = spec["paths"]["/api/v1/alerts/{alert_id}/resolve"]["post"]
     assert resolve_op["security"] == [{"HTTPBearer": []}]
