@@ -12,9 +12,11 @@ from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import pytest
-from sqlalchemy import Engine, inspect, select
+from sqlalchemy import Engine, inspect, select, update
 from sqlalchemy.orm import Session
 
+from volcano_monitor.core.model import parse_job
+from volcano_monitor.simulator.chatinbox import ChatInbox
 from volcano_monitor.watchdog.actions.capability.guardrails import QueuePlan
 from volcano_monitor.watchdog.actions.capability.store import (
     CapabilityChange,
@@ -29,6 +31,7 @@ from volcano_monitor.watchdog.actions.gpu_idle.settings import GpuIdleSettings
 from volcano_monitor.watchdog.actions.notify import outbox
 from volcano_monitor.watchdog.actions.notify.message import AlertItem
 from volcano_monitor.watchdog.actions.notify.outbox import Outbox
+from volcano_monitor.watchdog.actions.notify.sender import Notifier
 from volcano_monitor.watchdog.actions.oomscale import store as oom_store
 from volcano_monitor.watchdog.config import Settings, load
 from volcano_monitor.watchdog.findings.detectors.gpuidle import GPU_IDLE
@@ -37,6 +40,7 @@ from volcano_monitor.watchdog.runtime import retention
 from volcano_monitor.watchdog.runtime.retention import run_retention
 from volcano_monitor.watchdog.runtime.settings import Retention
 from volcano_monitor.watchdog.state.alerts import AlertBook
+from volcano_monitor.watchdog.state.cost_settings import Costs
 from volcano_monitor.watchdog.state.db.engine import make_engine
 from volcano_monitor.watchdog.state.db.models import (
     Alert,
@@ -58,6 +62,7 @@ from volcano_monitor.watchdog.state.db.models import (
 )
 from volcano_monitor.watchdog.state.db.scope import fleet
 from volcano_monitor.watchdog.state.ledger import Ledger, enforce_retention
+from volcano_monitor.watchdog.state.prices import queue_cost_totals
 from volcano_monitor.watchdog.views.report.digest import queue_digest
 from volcano_monitor.watchdog.views.report.settings import Digest
 
@@ -195,6 +200,8 @@ def test_enforce_retention_removes_only_its_own_clusters_rows(clusters: tuple[En
     with Session(a) as session:
         retired = session.scalars(select(CostRetired)).one()
         assert (retired.cluster, retired.queue, retired.requested) == ("a", "q", 5.0 + 2.0)  # u-old's GPU cost
+        # the /metrics counters: its ledger's runs (u-done, u-open: 2.0 each) plus what it retired
+        assert queue_cost_totals(session, Costs())["q"][0] == pytest.approx(7.0 + 4.0)
 
 
 @pytest.mark.usefixtures("b_unchanged")
@@ -212,8 +219,14 @@ def test_chunked_retention_and_downsampling_touch_only_its_own_cluster(clusters:
 @pytest.mark.usefixtures("b_unchanged")
 def test_reconcile_on_takeover_marks_gone_only_its_own_runs(clusters: tuple[Engine, Engine]) -> None:
     a, _ = clusters
-    with Session(a) as session, session.begin():
-        assert Ledger().mark_gone(session, {"u-done"}, NOW) == 3  # u-old, u-open, u1: none is live
+    ledger = Ledger()
+    with Session(a) as session, session.begin():  # the informers' relist, then the reconcile
+        ledger.on_job("MODIFIED", parse_job({
+            "metadata": {"name": "u-done", "namespace": "ml", "uid": "u-done",
+                         "creationTimestamp": "2026-12-01T00:00:00Z"},
+            "spec": {"queue": "q2"}, "status": {"state": {"phase": "Completed"}}}), session, NOW)
+        assert ledger.retag_queues(session, {"q": "root/q"}) == 2  # u-old (bare path) and u-open (open)
+        assert ledger.mark_gone(session, {"u-done"}, NOW) == 3  # u-old, u-open, u1: none is live
     with Session(a) as session:
         assert session.execute(select(JobRun.uid).where(JobRun.object_deleted.is_(False))).scalars().all() == [
             "u-done"]
@@ -229,6 +242,9 @@ def test_alert_book_loads_and_resolves_only_its_own_alerts(clusters: tuple[Engin
     with Session(a) as session, session.begin():
         transitions = book.resolve_missing({"JobIdle"}, set(), session, NOW)
     assert [t.fingerprint for t in transitions] == ["f-open"]
+    with Session(a) as session, session.begin():  # a person's request naming "b"'s alert is not "a"'s to do
+        theirs = session.scalars(fleet(select(Alert.id).where(Alert.fingerprint == "f-idle"), ["b"])).one()
+        assert book.resolve_by_hand(theirs, session, NOW) == ("no_such_alert", [])
     with Session(a) as session:
         assert session.execute(select(Alert.fingerprint, Alert.state).order_by(Alert.fingerprint)).all() == [
             ("f-idle", "firing"), ("f-old", "resolved"), ("f-open", "resolved")]
@@ -355,3 +371,38 @@ def test_report_digests_are_queued_once_per_cluster(clusters: tuple[Engine, Engi
         assert not queue_digest(session, digest, (NOW - 7 * DAY, NOW), None, NOW)  # queued before, by "a"
         assert queue_digest(session, digest, (NOW - 14 * DAY, NOW - 7 * DAY), None, NOW)
     assert _count(a, ReportDigestSent) == 2
+
+
+def test_the_sender_sends_only_its_own_clusters_messages(engine: Engine, database_url: str) -> None:
+    """The same alert queued in both clusters; "a"'s sender posts one message and leaves "b"'s pending (its
+    leader's sender posts it), and settling at takeover leaves "b"'s in-flight message alone."""
+    box = ChatInbox(secrets={"dingtalk": "SECtest"}).start()
+    a, b = make_engine(database_url, cluster="a"), make_engine(database_url, cluster="b")
+    try:
+        settings = load(None, environ={}, notifications={
+            "receivers": [{"name": "team", "dingtalk": {"url": f"{box.url}/dingtalk/robot/send?access_token=tok",
+                                                        "secret": "SECtest"}}],
+            "route": {"receiver": "team", "group_wait": 0, "group_interval": 0},
+            "delivery": {"poll_interval_seconds": 0.05, "timeout_seconds": 2}}).notifications
+        item = AlertItem(kind="JobFailed", severity="critical", status="firing", summary="Job ml/train Failed",
+                         namespace="ml", queue="q", job_name="train", fingerprint="fp-train")
+        for eng in (b, a):
+            with Session(eng) as session, session.begin():
+                Outbox(settings).enqueue(session, item, datetime.now(UTC))
+                Outbox(settings).flush_due(session, datetime.now(UTC))
+        with Session(b) as session, session.begin():  # "b"'s sender is sending it right now
+            session.execute(update(NotificationDelivery).values(state="sending", claimed_by="b-sender"))
+        before = _rows(a, "b")
+        assert [r[-1] for r in before["notification_deliveries"]] != []
+        sender = Notifier(Outbox(settings), a, settings.delivery)
+        with Session(a) as session, session.begin():
+            assert outbox.settle_inflight(session, datetime.now(UTC)) == []
+        sender.run_once()
+        assert len(box.messages("dingtalk")) == 1
+        assert _rows(a, "b") == before
+        with Session(a) as session:
+            assert session.scalars(select(NotificationDelivery.state)).all() == ["sent"]
+    finally:
+        box.stop()
+        a.dispose()
+        b.dispose()
