@@ -72,6 +72,29 @@ def demo_watchdog_config(webhook: str, api_url: str, prometheus: str | None) -> 
             "api_url": api_url}}
 
 
+def start_second_cluster(stack: Stack, args: argparse.Namespace, workdir: Path, database: str) -> str:
+    """`--clusters 2`: cluster west, a second simulator playing the same scenario and a watchdog of its own
+    writing the first one's database (the first is cluster east), as one Deployment per cluster would. Only
+    the first cluster has an exporter and Prometheus: the fleet is the watchdogs' affair (docs/fleet.md).
+    Both share the chat inbox. Returns the lines the summary prints about it."""
+    sim_port, watchdog_port = args.sim_port + 100, args.watchdog_port + 100
+    sim_url, watchdog_url = f"http://127.0.0.1:{sim_port}", f"http://127.0.0.1:{watchdog_port}"
+    kubeconfig = workdir / "kubeconfig-west"
+    kubeconfig.unlink(missing_ok=True)
+    stack.start_python("volcano-sim-west", "volcano_monitor.simulator.cli", "--listen", f"127.0.0.1:{sim_port}",
+                       "--kubeconfig-out", str(kubeconfig), "--speed", args.speed, "--scenario", "demo",
+                       "--volcano-release", args.volcano_release, ready_url=sim_url + "/healthz")
+    config = stack.write_yaml("watchdog-west.yaml", demo_watchdog_config(
+        f"http://127.0.0.1:{args.chat_port}/webhook/demo", watchdog_url, None))
+    stack.start_python("volcano-watchdog-west", "volcano_monitor.watchdog.runtime.cli", "--kubeconfig",
+                       str(kubeconfig), "--database-url", database, "--cluster-name", "west", "--listen",
+                       f"127.0.0.1:{watchdog_port}", "--config", str(config), ready_url=watchdog_url + "/readyz",
+                       timeout=90)
+    return (f"\n  second cluster      west: simulator {sim_url}, watchdog {watchdog_url}/ (the first is east);\n"
+            f"                      both watchdogs write {database}: either UI shows the fleet\n"
+            f"    kubectl --kubeconfig {kubeconfig} get vcjob -A\n")
+
+
 def main(argv: list[str] | None = None) -> int:
     parser: argparse.ArgumentParser = Parser(prog="volcano-monitor demo",
                                              description="Run the simulated cluster and volcano-monitor.")
@@ -83,6 +106,12 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--prometheus-port", type=int, default=9090)
     parser.add_argument("--alertmanager-port", type=int, default=9093)
     parser.add_argument("--speed", default="10", help="scenario speed (see volcano-sim --help)")
+    parser.add_argument("--clusters", type=int, choices=[1, 2], default=1,
+                        help="2: a second simulated cluster with its own watchdog, both watchdogs writing one database "
+                             "as clusters east and west (docs/fleet.md); the second cluster's simulator and watchdog "
+                             "listen 100 ports above the first's")
+    parser.add_argument("--database-url", help="the watchdogs' database (default: a SQLite file in --dir; with "
+                        "--clusters 2 both write it, a PostgreSQL URL shares it as a fleet would)")
     parser.add_argument("--volcano-release", default="v1.12",
                         help="the Volcano release the simulated cluster serves (see volcano-sim --help); v1.12 is the "
                              "release of the recordings and the first with HyperNodes, so the fragmentation panels "
@@ -111,10 +140,14 @@ def main(argv: list[str] | None = None) -> int:
         prometheus = url(args.prometheus_port)
         config = stack.write_yaml("watchdog.yaml", demo_watchdog_config(
             chat_url + "/webhook/demo", watchdog_url, prometheus if with_prometheus else None))
+        # Two clusters get a file of their own: a later one-cluster demo (its name defaulted) would be refused in
+        # a database holding other clusters' heartbeats.
+        database = args.database_url or f"sqlite:///{workdir / ('watchdog.db' if args.clusters == 1 else 'fleet.db')}"
+        names = ["--cluster-name", "east"] if args.clusters == 2 else []
         stack.start_python("volcano-watchdog", "volcano_monitor.watchdog.runtime.cli", "--kubeconfig", str(kubeconfig),
-                           "--database-url",
-                           f"sqlite:///{workdir / 'watchdog.db'}", "--listen", f"127.0.0.1:{args.watchdog_port}",
+                           "--database-url", database, *names, "--listen", f"127.0.0.1:{args.watchdog_port}",
                            "--config", str(config), ready_url=watchdog_url + "/readyz", timeout=90)
+        fleet = start_second_cluster(stack, args, workdir, database) if args.clusters == 2 else ""
         extra = ""
         if with_prometheus:
             am_target = f"127.0.0.1:{args.alertmanager_port}" if with_alertmanager else None
@@ -133,7 +166,6 @@ def main(argv: list[str] | None = None) -> int:
                      "   and the demo starts them too, with the alert rules loaded)\n"
         dashboards = "\n".join(f"    {path}" for path in sorted((ROOT / "dashboards").glob("*.json")))
         watchdog_cmd = BIN / "volcano-watchdog"
-        database = f"sqlite:///{workdir / 'watchdog.db'}"
         print(f"""
 volcano-monitor demo is running (logs and configs in {workdir}/). Ctrl-C stops everything.
 
@@ -152,7 +184,7 @@ volcano-monitor demo is running (logs and configs in {workdir}/). Ctrl-C stops e
     {watchdog_cmd} --config {config} notify-test --receiver demo-chat
 
   chat inbox          {chat_url}/messages   (the watchdog's messages; also printed in {workdir}/chat-inbox.log)
-{extra}
+{fleet}{extra}
   Grafana dashboards to import (datasource: that Prometheus):
 {dashboards}
 """, flush=True)
