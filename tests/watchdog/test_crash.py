@@ -30,7 +30,7 @@ SPEED = 600
 def start_cli(kubeconfig: Path, database_url: str, config: Path, log: Path) -> subprocess.Popen[bytes]:
     return subprocess.Popen(
         [sys.executable, "-m", "volcano_monitor.watchdog.runtime.cli",
-         "--kubeconfig", str(kubeconfig), "--database-url",
+         "--kubeconfig", str(kubeconfig), "--cluster-name", "default", "--database-url",
          database_url,
          "--listen", f"127.0.0.1:{free_port()}", "--config", str(config)],
         stdout=log.open("ab"), stderr=subprocess.STDOUT, env={**os.environ, "PYTHONUNBUFFERED": "1"},

@@ -61,7 +61,7 @@ def test_the_watchdog_process_counts_reports_and_aborts(tmp_path: Path) -> None:
         port = free_port()
         process = subprocess.Popen(
             [sys.executable, "-m", "volcano_monitor.watchdog.runtime.cli",
-             "--kubeconfig", str(kubeconfig), "--database-url",
+             "--kubeconfig", str(kubeconfig), "--cluster-name", "default", "--database-url",
              f"sqlite:///{tmp_path / 'w.db'}", "--listen", f"127.0.0.1:{port}", "--config", str(config)],
             stdout=log.open("ab"), stderr=subprocess.STDOUT)
         base = f"http://127.0.0.1:{port}"

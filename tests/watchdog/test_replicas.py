@@ -87,7 +87,7 @@ def start(kubeconfig: Path, database_url: str, config_path: Path, log: Path) -> 
     port = free_port()
     process = subprocess.Popen(
         [sys.executable, "-m", "volcano_monitor.watchdog.runtime.cli",
-         "--kubeconfig", str(kubeconfig), "--database-url",
+         "--kubeconfig", str(kubeconfig), "--cluster-name", "default", "--database-url",
          database_url,
          "--listen", f"127.0.0.1:{port}", "--config", str(config_path)],
         stdout=log.open("ab"), stderr=subprocess.STDOUT, env={**os.environ, "PYTHONUNBUFFERED": "1"})

@@ -14,6 +14,7 @@ from volcano_monitor.core.model import Job, PodGroup, Queue, parse_job, parse_po
 from volcano_monitor.watchdog.runtime.settings import Retention
 from volcano_monitor.watchdog.state.cluster import ClusterIndex
 from volcano_monitor.watchdog.state.db.models import Alert, JobRun, UsageRollup
+from volcano_monitor.watchdog.state.db.scope import fleet
 from volcano_monitor.watchdog.state.ledger import Ledger, efficiency, enforce_retention
 
 NOW = datetime(2024, 5, 1, 12, 0, tzinfo=UTC)
@@ -259,8 +260,8 @@ def test_migration_0005_moves_deletion_times_out_of_finished_at(database_url: st
                     object_deleted=uid != "live", updated_at=NOW, finished_at=finished))
         migrate(engine, "0005")
         with Session(engine) as session:  # the columns of 0005 (later revisions add more)
-            found = {r.uid: r for r in session.execute(select(
-                JobRun.uid, JobRun.finished_at, JobRun.deleted_at, JobRun.pods_failed))}
+            found = {r.uid: r for r in session.execute(fleet(select(  # fleet(): no cluster column yet
+                JobRun.uid, JobRun.finished_at, JobRun.deleted_at, JobRun.pods_failed)))}
         assert (found["done"].finished_at, found["done"].deleted_at) == (old, NOW)
         assert (found["killed"].finished_at, found["killed"].deleted_at) == (None, killed)
         assert (found["live"].finished_at, found["live"].deleted_at, found["live"].pods_failed) == (None, None, 0)

@@ -27,7 +27,7 @@ def test_the_watchdog_process_resubmits_and_reports(database_url: str, tmp_path:
     log = tmp_path / "watchdog.log"
     process = subprocess.Popen(
         [sys.executable, "-m", "volcano_monitor.watchdog.runtime.cli",
-         "--kubeconfig", str(kubeconfig), "--database-url",
+         "--kubeconfig", str(kubeconfig), "--cluster-name", "default", "--database-url",
          database_url,
          "--listen", f"127.0.0.1:{port}", "--config", str(config)],
         stdout=log.open("ab"), stderr=subprocess.STDOUT, env={**os.environ, "PYTHONUNBUFFERED": "1"})
