@@ -95,7 +95,7 @@ def run_recommend(settings: Settings, namespace: str | None, output: str) -> int
 def read_only(settings: Settings, what: str, read: Callable[[Session], str]) -> int:
     """A read-only command: never creates or migrates the database, names the one it read, prints
     what `read` made of it."""
-    engine = make_engine(settings.database_url)
+    engine = make_engine(settings.database_url, cluster=cluster_name(settings))
     try:
         check_readable(engine)
         with Session(engine) as session:

@@ -231,3 +231,21 @@ def test_bad_period_is_exit_2(capsys: pytest.CaptureFixture[str]) -> None:
     assert main(["--database-url", "sqlite:///nowhere.db", "report", "--since", "yesterday"]) == 2
     assert "ISO 8601" in capsys.readouterr().err
     assert main(["report", "--since", "2026-01-02", "--until", "2026-01-01"]) == 2
+
+
+def test_report_command_reads_the_named_clusters_runs(database_url: str, capsys: pytest.CaptureFixture[str]) -> None:
+    """`report` reads as `cluster.name` (else the kubeconfig's context), like the watchdog that wrote the rows:
+    a report made as another cluster than the writer's would come out empty."""
+    east = make_engine(database_url, cluster="east")
+    migrate(east)
+    rows = make_rows(count=12)
+    insert(east, rows, [])
+    east.dispose()
+    totals = {}
+    for name in ("east", "west"):
+        code = main(["--cluster-name", name, "--database-url", database_url, "report", "--since", SINCE.isoformat(),
+                     "--until", UNTIL.isoformat(), "-o", "json"])
+        assert code == 0
+        totals[name] = json.loads(capsys.readouterr().out)["total"]["runs"]
+    assert totals == {"east": expected(rows, [], "queue")["(all)"]["runs"], "west": 0}
+    assert totals["east"] > 0
