@@ -45,6 +45,7 @@ from volcano_monitor.watchdog.actions.notify.routing import (
     resolve_tree,
 )
 from volcano_monitor.watchdog.actions.notify.settings import Notifications
+from volcano_monitor.watchdog.findings.detectors.fleet import CLUSTER_STALE
 from volcano_monitor.watchdog.state.db.models import NotificationDelivery, NotificationEntry, NotificationGroup, Silence
 
 __all__ = ["DEAD", "PENDING", "SENDING", "SENT", "UNCERTAIN", "GroupContended", "Outbox", "alert_labels"]
@@ -267,10 +268,17 @@ class Outbox:
         items = tuple(alerts)
         links: dict[str, str] = {}
         cluster = quote(group.cluster or "", safe="")  # the group's cluster's pages: one UI serves the fleet
+        # ClusterStale is about another cluster than the one storing it: the fleet page says which and since
+        # when, and Grafana opens the silent cluster (is its exporter still up?)
+        stale = {a.subject for a in items if a.kind == CLUSTER_STALE} if items and all(
+            a.kind == CLUSTER_STALE for a in items) else set()
         if self.settings.api_url:
-            links["api"] = self.settings.api_url.rstrip("/") + "/ui/alerts?state=firing" + (
+            base = self.settings.api_url.rstrip("/")
+            links["api"] = base + "/ui/fleet" if stale else base + "/ui/alerts?state=firing" + (
                 f"&cluster={cluster}" if cluster else "")
         if self.grafana_url:
+            if len(stale) == 1:
+                cluster = quote(next(iter(stale)), safe="")
             links["grafana"] = (self._grafana_link(items) + (f"var-cluster={cluster}" if cluster else "")).rstrip("?&")
         return Message(receiver=group.receiver, group_key=group.group_key,
                        group_labels={str(k): str(v) for k, v in (group.labels or {}).items()},

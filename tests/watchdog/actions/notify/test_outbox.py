@@ -13,7 +13,8 @@ from volcano_monitor.watchdog.actions.notify import outbox as ob
 from volcano_monitor.watchdog.actions.notify.message import AlertItem, Message
 from volcano_monitor.watchdog.actions.notify.outbox import Outbox
 from volcano_monitor.watchdog.config import load
-from volcano_monitor.watchdog.state.db.models import NotificationDelivery, Silence
+from volcano_monitor.watchdog.findings.detectors.fleet import CLUSTER_STALE
+from volcano_monitor.watchdog.state.db.models import NotificationDelivery, NotificationGroup, Silence
 
 T0 = datetime(2026, 11, 24, 12, 0, tzinfo=UTC)
 
@@ -169,3 +170,20 @@ def test_retention_forgets_old_finished_messages_and_empty_groups(engine: Engine
         left = session.execute(select(NotificationDelivery.state, NotificationDelivery.message)).all()
     assert sorted(state for state, _ in left) == ["pending", "sent"]  # never drops an undelivered message
     assert any(Message.from_dict(m).alerts[0].job_name == "new" for state, m in left if state == "sent")
+
+
+def test_links_open_the_group_cluster_and_the_stale_cluster_for_cluster_stale() -> None:
+    """A message links its group's cluster; ClusterStale, stored among the raiser's rows but about another
+    cluster, opens the fleet page and the silent cluster's dashboards."""
+    box = make_outbox()
+    group = NotificationGroup(group_key="k", receiver="chat", route="0", labels={}, cluster="east")
+    jobs = box.message(group, [alert("a")])
+    assert jobs.links["api"] == "http://watchdog:9747/ui/alerts?state=firing&cluster=east"
+    assert jobs.links["grafana"].endswith("var-cluster=east")
+    stale = AlertItem(kind=CLUSTER_STALE, severity="warning", status="firing", summary="west is silent",
+                      subject="west", fingerprint="fp-west")
+    told = box.message(group, [stale])
+    assert told.links["api"] == "http://watchdog:9747/ui/fleet"
+    assert told.links["grafana"] == "http://grafana/d/volcano-overview?var-cluster=west"
+    mixed = box.message(group, [stale, alert("a")])  # a group of both: the group's own cluster, as for any other
+    assert mixed.links["api"].endswith("cluster=east") and mixed.links["grafana"].endswith("var-cluster=east")
