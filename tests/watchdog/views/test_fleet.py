@@ -210,7 +210,9 @@ def test_fleet_page_first_and_lists_with_a_cluster_column(two: Fleet) -> None:
     assert ">2</a>" in rows["a"].split("</td>")[3] and ">2</a>" in rows["b"].split("</td>")[3]  # firing
     assert ">2</td>" in rows["b"].split("</td>")[6] + "</td>"  # 2 GPU-hours requested, none used
     assert "stale" in rows["b"] and "stale" not in rows["a"] and "(60 min ago)" in rows["b"]
-    assert "/ui/jobs?cluster=b&amp;phase=Pending" in rows["b"]
+    assert "/ui/jobs?cluster=b&amp;phase=Pending%2CInqueue" in rows["b"]
+    waiting_b = ui.get("/ui/jobs?cluster=b&phase=Pending%2CInqueue").text  # the link lists the 2 it counts
+    assert ">wait-b</a>" in waiting_b and ">wait-b2</a>" in waiting_b and ">train-b</a>" not in waiting_b
     assert "<title>Fleet" in ui.get("/ui/fleet?cluster=b").text and ">a<" not in ui.get("/ui/fleet?cluster=b").text
     jobs = ui.get("/ui/jobs").text
     assert "<th>cluster</th>" in jobs and "/ui/jobs/r1?cluster=b" in jobs and "/ui/jobs/r1?cluster=a" in jobs
@@ -221,7 +223,7 @@ def test_fleet_page_first_and_lists_with_a_cluster_column(two: Fleet) -> None:
     alerts = ui.get("/ui/alerts?cluster=b").text
     assert "<th>cluster</th>" in alerts and alerts.count("/ui/alerts/") >= 2 and "cluster=a" not in alerts
     queues = ui.get("/ui/queues?cluster=b").text
-    assert "Queues of b" in queues and "/ui/jobs?cluster=b&amp;queue=q1&amp;phase=Pending" in queues
+    assert "Queues of b" in queues and "/ui/jobs?cluster=b&amp;queue=q1&amp;phase=Pending%2CInqueue" in queues
 
 
 def test_one_cluster_keeps_the_queue_page_at_home(engine: Engine) -> None:

@@ -32,6 +32,7 @@ from volcano_monitor.watchdog.views.ui.html import cores, esc, link, qs, table, 
 
 WASTE_DAYS = 7
 WAITING = ("Pending", "Inqueue")
+WAITING_PHASES = ",".join(WAITING)  # the jobs page's phase filter for them
 
 
 def asked_clusters(request: Request) -> Clusters | Response:
@@ -100,7 +101,7 @@ def fleet_body(session: Session, now: datetime, stale_after_seconds: float, scop
                 ' <span class="critical">stale</span>' if age > stale_after_seconds else "")
         report = qs("/api/v1/reports", by="queue", cluster=name, since=f"{WASTE_DAYS}d", format="html")
         rows.append([esc(name), link(qs("/ui/jobs", cluster=name, phase="Running"), running),
-                     link(qs("/ui/jobs", cluster=name, phase="Pending"), waiting),
+                     link(qs("/ui/jobs", cluster=name, phase=WAITING_PHASES), waiting),
                      link(qs("/ui/alerts", cluster=name, state="firing"), firing.get(name, 0)),
                      cores(cpu / HOUR), cores(memory / HOUR / GIB), cores(gpu / HOUR), seen,
                      link(qs("/ui/queues", cluster=name), "queues") + " · " + link(report, "report")])

@@ -42,7 +42,7 @@ from volcano_monitor.watchdog.views.resolve import any_alert, store_resolve_requ
 from volcano_monitor.watchdog.views.schema import AlertId, queue_usage
 from volcano_monitor.watchdog.views.tenancy import Tenancy
 from volcano_monitor.watchdog.views.ui.cost import job_cost_line, queue_cost_section
-from volcano_monitor.watchdog.views.ui.fleet import asked_clusters, cluster_link, fleet_body, joined
+from volcano_monitor.watchdog.views.ui.fleet import WAITING_PHASES, asked_clusters, cluster_link, fleet_body, joined
 from volcano_monitor.watchdog.views.ui.forms import FormTokenRoute, error_page, form_of, refused_reader
 from volcano_monitor.watchdog.views.ui.html import (
     amount,
@@ -190,7 +190,8 @@ def ui_router(engine: Engine, settings: Settings, clock: Callable[[], datetime],
                              amounts(v.capability), amounts(v.deserved), amounts(v.allocated),
                              (f"cpu: {cores(used.cpu_cores)}, memory: {gib(used.memory_bytes)}" if used else ""),
                              percent(_ratio(used.cpu_cores, v.capability.get("cpu", 0.0)) if used else None),
-                             link(qs("/ui/jobs", cluster=shown, queue=name, phase="Pending"), waiting.get(name, 0)),
+                             link(qs("/ui/jobs", cluster=shown, queue=name, phase=WAITING_PHASES),
+                                  waiting.get(name, 0)),
                              link(qs("/ui/jobs", cluster=shown, queue=name, phase="Running"), running.get(name, 0)),
                              link(qs("/ui/alerts", cluster=shown, state="firing", queue=name), firing.get(name, 0)),
                              link(qs("/ui/jobs", cluster=shown, queue=name), "jobs")])
@@ -245,8 +246,10 @@ def ui_router(engine: Engine, settings: Settings, clock: Callable[[], datetime],
         """The ledger, newest first, with each run's efficiency (used / requested resource-seconds)."""
         if not isinstance(clusters := asked_clusters(request), tuple | None):
             return clusters
-        where = [c == v for c, v in ((JobRun.queue, queue), (JobRun.namespace, namespace), (JobRun.phase, phase),
-                                     (JobRun.name, name), (JobRun.workload, workload)) if v]
+        where = [c == v for c, v in ((JobRun.queue, queue), (JobRun.namespace, namespace), (JobRun.name, name),
+                                     (JobRun.workload, workload)) if v]
+        if phase:  # a comma list: the fleet and queue pages' waiting jobs are Pending and Inqueue
+            where.append(JobRun.phase.in_(phase.split(",")))
         where += only(JobRun.namespace, allowed)
         with session() as s:
             total = s.execute(fleet(select(func.count()).select_from(JobRun).where(*where), clusters)).scalar_one()

@@ -1,6 +1,7 @@
 """The fleet page in a real headless browser (the chromium of test_browser), over two clusters' rows in one
 SQLite database, served by cluster a's app: the navigation's first entry opens it, it shows both clusters and
-b as stale, and following b's "jobs waiting" lands on b's waiting jobs with the cluster column."""
+b as stale, and following b's "jobs waiting" lands on the very jobs it
+counts, b's Pending and Inqueue ones, with the cluster column."""
 
 from __future__ import annotations
 
@@ -45,12 +46,14 @@ def test_the_fleet_page_in_a_browser(tmp_path: Path) -> None:
         assert set(rows) == {"a", "b"}
         assert "stale" in rows["b"].text and "stale" not in rows["a"].text
         shoot(driver, tmp_path, "fleet")
-        rows["b"].find_elements(By.TAG_NAME, "td")[2].find_element(By.TAG_NAME, "a").click()
+        waiting = rows["b"].find_elements(By.TAG_NAME, "td")[2].find_element(By.TAG_NAME, "a")
+        assert waiting.text == "2"  # one Pending, one Inqueue
+        waiting.click()
         assert driver.find_element(By.TAG_NAME, "h1").text == "Jobs"
         headers = [th.text for th in driver.find_elements(By.CSS_SELECTOR, "thead th")]
         cells = [[td.text for td in tr.find_elements(By.TAG_NAME, "td")]
                  for tr in driver.find_elements(By.CSS_SELECTOR, "tbody tr")]
-        assert headers[0] == "cluster" and [c[:2] for c in cells] == [["b", "wait-b"]]
+        assert headers[0] == "cluster" and [c[:2] for c in cells] == [["b", "wait-b2"], ["b", "wait-b"]]
         driver.get(base + "/")  # more than one cluster: home is the fleet
         assert driver.find_element(By.TAG_NAME, "h1").text == "Fleet"
     finally:

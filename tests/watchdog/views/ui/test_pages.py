@@ -215,7 +215,7 @@ def test_queue_tree_follows_parents(engine: Engine) -> None:
     assert order == ["loop", "root", "child", "grandchild"]
     assert "&nbsp;" * 6 + '<a href="/ui/queues/grandchild">' in page
     assert "cpu: 4" in page  # deserved
-    assert '<a href="/ui/jobs?queue=child&amp;phase=Pending">1</a>' in page
+    assert '<a href="/ui/jobs?queue=child&amp;phase=Pending%2CInqueue">1</a>' in page
     assert '<a href="/ui/jobs?queue=child&amp;phase=Running">2</a>' in page  # the finished one is not running
 
 
