@@ -171,13 +171,8 @@ class Feed:
 
     def first_lists(self, now: float) -> None:
         """What is still running after three hours of arrivals."""
-        t = now - work.RUNTIME_CAP
-        while True:
-            t += self.rng.expovariate(self.jobs_per_second)
-            if t >= now:
-                break
-            self.create(t, now)
-        self.last = now
+        self.last = now - work.RUNTIME_CAP
+        self.arrivals(now)
 
     def arrivals(self, now: float) -> None:
         """The Jobs submitted since the last call."""

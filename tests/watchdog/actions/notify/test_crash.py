@@ -21,8 +21,11 @@ from volcano_monitor.watchdog.state.db.engine import make_engine
 from volcano_monitor.watchdog.state.db.models import NotificationDelivery
 
 
-def alert_set(message: InboxMessage) -> frozenset[tuple[str, str]]:
-    return frozenset((a["fingerprint"], a["status"]) for a in message.body["alerts"])
+def alert_set(message: InboxMessage) -> frozenset[tuple[str, str, str]]:
+    """The alert episodes a message tells. At speed 600 a gang's alert can resolve and fire again within a
+    second (its queue fills and frees): that new episode, with its own start, is a new message, not the one
+    in flight at the kill posted again."""
+    return frozenset((a["fingerprint"], a["status"], a["started_at"]) for a in message.body["alerts"])
 
 
 def test_kill_9_between_send_and_mark_posts_nothing_twice(database_url: str, tmp_path: Path) -> None:
