@@ -146,7 +146,8 @@ class Watchdog:
         self.tasks.identity = str(getattr(self.leader, "identity", None) or self.tasks.identity)  # the heartbeat's
         self.writer = Writer(engine, self.observer, self.tasks, self.alerts, self.histograms, self.recorder,
                              self.leader, self.intervals, settings.retention, clock, self.stats,
-                             feeds_synced=lambda: feeds.essential_synced(self.informers))
+                             feeds_synced=lambda: feeds.essential_synced(self.informers),
+                             fed_by_hand=lambda: not self.informers)
         self._threads: list[threading.Thread] = []  # the feeds' and loops' threads, stopped by _feeds_stop
         self._feeds_stop = threading.Event()
         self._writer_thread: threading.Thread | None = None
