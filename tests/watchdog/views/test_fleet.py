@@ -6,6 +6,9 @@ tenancy still filters namespaces, the fleet page, `report --by cluster`, and lin
 
 from __future__ import annotations
 
+import csv
+import io
+import json
 from collections.abc import Iterator
 from dataclasses import dataclass
 from datetime import timedelta
@@ -248,6 +251,11 @@ def test_report_by_cluster_rolls_up_the_fleet(two: Fleet) -> None:
     assert narrowed["total"]["runs"] == 3
     fleet_wide = api.get("/api/v1/reports", params={"by": "namespace", "since": "1d"}).json()
     assert fleet_wide["total"]["runs"] == 5
+    assert ("b", "train-b") in {(w["cluster"], w["name"]) for w in fleet_wide["top_wasters"]}  # whose run it is
+    table = api.get("/api/v1/reports", params={"since": "1d", "format": "table"}).text
+    assert "  b: team-a/train-b (queue q1)" in table
+    focus = api.get("/api/v1/reports", params={"since": "1d", "format": "focus"}).text
+    assert {json.loads(row["Tags"])["cluster"] for row in csv.DictReader(io.StringIO(focus))} == {"a", "b"}
     assert api.get("/api/v1/reports", params={"cluster": "-x"}).status_code == 422
 
 

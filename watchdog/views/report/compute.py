@@ -98,8 +98,9 @@ class Group:
 
 @dataclass(frozen=True)
 class Waster:
-    """One run and the hours it requested but did not use."""
+    """One run and the hours it requested but did not use (`cluster`: the run's, for a fleet's report)."""
 
+    cluster: str
     namespace: str
     name: str
     queue: str
@@ -112,6 +113,7 @@ class Waster:
 class Charge:
     """One run's cost in the period, for the FOCUS export (render.to_focus)."""
 
+    cluster: str
     uid: str
     kind: str
     namespace: str
@@ -208,7 +210,7 @@ def compute_report(session: Session, since: datetime, until: datetime, by: Group
         end = run.finished_at or run.deleted_at
         priced = run_cost(run, costs)
         bases = {basis: priced.total(basis) for basis in BASES}
-        charges.append(Charge(run.uid, run.kind, run.namespace, run.name, run.queue, run.workload, priced))
+        charges.append(Charge(run.cluster, run.uid, run.kind, run.namespace, run.name, run.queue, run.workload, priced))
         for target in (*(groups.setdefault(k, Group(name=k)) for k in keys), total):
             for basis, amount in bases.items():
                 setattr(target.cost, basis, getattr(target.cost, basis) + amount)
@@ -225,7 +227,7 @@ def compute_report(session: Session, since: datetime, until: datetime, by: Group
         if run.started_at is not None and end is not None:
             for name in (*keys, None):  # None: the total
                 durations[name].append(max(0.0, (end - run.started_at).total_seconds()))
-        wasters.append(Waster(run.namespace, run.name, run.queue,
+        wasters.append(Waster(run.cluster, run.namespace, run.name, run.queue,
                               max(0.0, run.cpu_core_seconds_requested - run.cpu_core_seconds_used) / HOUR,
                               max(0.0, run.memory_byte_seconds_requested - run.memory_byte_seconds_used) / HOUR / GIB,
                               max(0.0, run.gpu_seconds_requested - run.gpu_seconds_used) / HOUR))

@@ -30,7 +30,7 @@ COLUMNS = ("group", "runs", "succeeded", "failed", "running",
            "cost_requested", "cost_used", "cost_idle", "currency", "alerts_fired",
            *(f"wait_seconds_p{p}" for p in PERCENTILES), *(f"run_seconds_p{p}" for p in PERCENTILES))
 _SHORT = {"cpu_core_hours": "cpu h", "memory_gib_hours": "mem GiB·h", "gpu_hours": "gpu h"}
-WASTER_COLUMNS = ("namespace", "name", "queue", "cpu_core_hours", "memory_gib_hours", "gpu_hours")
+WASTER_COLUMNS = ("cluster", "namespace", "name", "queue", "cpu_core_hours", "memory_gib_hours", "gpu_hours")
 
 
 FOCUS_COLUMNS = ("BillingPeriodStart", "BillingPeriodEnd", "ChargePeriodStart", "ChargePeriodEnd",
@@ -104,8 +104,8 @@ def to_focus(report: Report) -> str:
     writer.writeheader()
     start, end = report.since.isoformat(), report.until.isoformat()
     for charge in report.charges:
-        tags = json.dumps({"queue": charge.queue, "namespace": charge.namespace, "workload": charge.workload,
-                           "kind": charge.kind}, sort_keys=True)
+        tags = json.dumps({"cluster": charge.cluster, "queue": charge.queue, "namespace": charge.namespace,
+                           "workload": charge.workload, "kind": charge.kind}, sort_keys=True)
         for resource in RESOURCES:
             unit, per = FOCUS_UNITS[resource]
             quantity, cost = charge.cost.held[resource] / per, charge.cost.requested[resource]
@@ -139,8 +139,10 @@ def to_table(report: Report) -> str:
                         for i, (cell, w) in enumerate(zip(line, widths, strict=True))).rstrip() for line in table]
     if report.top_wasters:
         lines += ["", "Top wasters (hours requested but not used):"]
-        lines += [f"  {w.namespace}/{w.name} (queue {w.queue or '-'}): {w.cpu_core_hours:.2f} core-h, "
-                  f"{w.memory_gib_hours:.2f} GiB-h, {w.gpu_hours:.2f} GPU-h" for w in report.top_wasters]
+        fleet = len({w.cluster for w in report.top_wasters}) > 1  # one cluster's report: its name says nothing
+        lines += [f"  {w.cluster + ': ' if fleet else ''}{w.namespace}/{w.name} (queue {w.queue or '-'}): "
+                  f"{w.cpu_core_hours:.2f} core-h, {w.memory_gib_hours:.2f} GiB-h, {w.gpu_hours:.2f} GPU-h"
+                  for w in report.top_wasters]
     return "\n".join(lines) + "\n"
 
 
@@ -153,7 +155,7 @@ def to_markdown(report: Report) -> str:
     lines += ["| " + " | ".join(md(_shown(r, c)) for c in COLUMNS) + " |" for r in rows(report)]
     if report.top_wasters:
         lines += ["", "## Top wasters", "", "| " + " | ".join(WASTER_COLUMNS) + " |",
-                  "|---|---|---|---:|---:|---:|"]
+                  "|---|---|---|---|---:|---:|---:|"]
         lines += ["| " + " | ".join(md(_cell(v)) for v in asdict(w).values()) + " |" for w in report.top_wasters]
     return "\n".join(lines) + "\n"
 

@@ -20,7 +20,7 @@ def sample() -> Report:
                  wait_seconds={50: 12.0, 90: 30.0, 99: 33.0}, run_seconds={50: None, 90: None, 99: None})
     total = Group(name="(all)", runs=3, failed=1, succeeded=2, cpu=Hours(10.0, 2.5, 7.5),
                   memory=Hours(4.0, 1.0, 3.0), gpu=Hours(2.0, 0.5, 1.5), alerts={"JobFailed": 2})
-    return Report(SINCE, UNTIL, "queue", [evil], total, [Waster("ml", "<script>", "q", 7.5, 3.0, 1.5)])
+    return Report(SINCE, UNTIL, "queue", [evil], total, [Waster("east", "ml", "<script>", "q", 7.5, 3.0, 1.5)])
 
 
 def test_csv_and_json_read_back_equal_the_rows() -> None:
