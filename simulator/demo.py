@@ -144,6 +144,8 @@ def main(argv: list[str] | None = None) -> int:
         # a database holding other clusters' heartbeats.
         database = args.database_url or f"sqlite:///{workdir / ('watchdog.db' if args.clusters == 1 else 'fleet.db')}"
         names = ["--cluster-name", "east"] if args.clusters == 2 else []
+        # The printed commands read as the watchdog writes: its name, else its kubeconfig's context (docs/fleet.md)
+        reader = names or ["--kubeconfig", str(kubeconfig)]
         stack.start_python("volcano-watchdog", "volcano_monitor.watchdog.runtime.cli", "--kubeconfig", str(kubeconfig),
                            "--database-url", database, *names, "--listen", f"127.0.0.1:{args.watchdog_port}",
                            "--config", str(config), ready_url=watchdog_url + "/readyz", timeout=90)
@@ -180,7 +182,7 @@ volcano-monitor demo is running (logs and configs in {workdir}/). Ctrl-C stops e
 
   watchdog            {watchdog_url}/docs   (API; token for writes: {DEMO_TOKEN})
     curl -s '{watchdog_url}/api/v1/alerts?state=firing'
-    {watchdog_cmd} --database-url {database} recommend
+    {watchdog_cmd} --database-url {database} {' '.join(reader)} recommend
     {watchdog_cmd} --config {config} notify-test --receiver demo-chat
 
   chat inbox          {chat_url}/messages   (the watchdog's messages; also printed in {workdir}/chat-inbox.log)

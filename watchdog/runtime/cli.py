@@ -92,22 +92,30 @@ def run_recommend(settings: Settings, namespace: str | None, output: str) -> int
         compute_recommendations(session, settings.recommendations, datetime.now(UTC), namespace), output))
 
 
-def read_only(settings: Settings, what: str, read: Callable[[Session], str]) -> int:
-    """A read-only command: never creates or migrates the database, names the one it read, prints
-    what `read` made of it."""
+def read_only(settings: Settings, what: str, read: Callable[[Session], str], fleet_wide: bool = False) -> int:
+    """A read-only command: never creates or migrates the database, names the one it read and the cluster,
+    prints what `read` made of it. A defaulted cluster name in a database other clusters share is refused as
+    `run` refuses it (exit 2): read as a guessed name, the command would print an empty answer as if true.
+    `fleet_wide`: the command reads every cluster (`report --by cluster`), so no name is needed."""
     engine = make_engine(settings.database_url, cluster=cluster_name(settings))
     try:
         check_readable(engine)
         with Session(engine) as session:
+            if not fleet_wide:
+                check_cluster_name(session, cluster_of(engine), explicit=settings.cluster.name is not None)
             text = read(session)
     except NotReadable as exc:
         print(f"volcano-watchdog: {exc}", file=sys.stderr)
         return 1
+    except ClusterNameRequired as exc:
+        print(f"volcano-watchdog: {exc}", file=sys.stderr)
+        return 2
     except SQLAlchemyError as exc:
         return database_failure("read", engine, exc)
     finally:
         engine.dispose()
-    print(f"volcano-watchdog: {what} from {display_url(engine)}", file=sys.stderr)
+    scope = "every cluster" if fleet_wide else f"cluster {cluster_of(engine)}"
+    print(f"volcano-watchdog: {what} of {scope} from {display_url(engine)}", file=sys.stderr)
     print(text, end="")
     return 0
 
@@ -128,7 +136,8 @@ def run_report(settings: Settings, args: argparse.Namespace) -> int:
         print("volcano-watchdog: --since must be before --until, --top at least 0", file=sys.stderr)
         return 2
     return read_only(settings, "report", lambda session: render_report(
-        compute_report(session, since, until, args.by, args.top, settings.costs), args.output))
+        compute_report(session, since, until, args.by, args.top, settings.costs), args.output),
+        fleet_wide=args.by == "cluster")
 
 
 def run_watchdog(settings: Settings) -> int:

@@ -394,5 +394,5 @@ def test_recommend_creates_no_database_and_names_the_one_it_read(tmp_path: Path,
     engine.dispose()
     done = run(database_url)
     assert done.returncode == 0, done.stderr
-    assert "recommendations from" in done.stderr and "alembic" not in done.stderr
+    assert "recommendations of cluster default from" in done.stderr and "alembic" not in done.stderr
     assert not missing.exists()

@@ -21,6 +21,7 @@ from volcano_monitor.core.cron import parse_cron
 from volcano_monitor.watchdog.runtime.cli import main
 from volcano_monitor.watchdog.state.db.engine import make_engine, migrate
 from volcano_monitor.watchdog.state.db.models import Alert, JobRun
+from volcano_monitor.watchdog.state.fleet import beat
 from volcano_monitor.watchdog.views.report.compute import compute_report, parse_moment, percentile
 
 # A Friday noon in the past (the digest tests schedule on it; messages are due by the real clock).
@@ -171,7 +172,7 @@ def test_report_matches_the_ledger(engine: Engine, database_url: str, by: str, t
     code = main(["--config", str(config), "--database-url", database_url, "report", "--since", SINCE.isoformat(),
                  "--until", UNTIL.isoformat(), "--by", by, "-o", "json"])
     out = capsys.readouterr()
-    assert code == 0 and "report from" in out.err
+    assert code == 0 and "report of cluster default from" in out.err
     printed = json.loads(out.out)
     assert printed["currency"] == "EUR"
     for group in printed["groups"]:
@@ -222,7 +223,7 @@ def test_report_creates_no_database_and_names_the_one_it_read(tmp_path: Path, da
     engine.dispose()
     done = run(database_url)
     assert done.returncode == 0, done.stderr
-    assert "report from" in done.stderr and "alembic" not in done.stderr
+    assert "report of cluster default from" in done.stderr and "alembic" not in done.stderr
     assert done.stdout.splitlines()[0].startswith("group,runs,")
     assert not missing.exists()
 
@@ -249,3 +250,15 @@ def test_report_command_reads_the_named_clusters_runs(database_url: str, capsys:
         totals[name] = json.loads(capsys.readouterr().out)["total"]["runs"]
     assert totals == {"east": expected(rows, [], "queue")["(all)"]["runs"], "west": 0}
     assert totals["east"] > 0
+    east = make_engine(database_url, cluster="east")
+    with Session(east) as session, session.begin():
+        beat(session, "east", "wd-east", UNTIL)  # east's watchdog has written: the database is a fleet's
+    east.dispose()
+    period = ["--since", SINCE.isoformat(), "--until", UNTIL.isoformat(), "-o", "json"]
+    assert main(["--database-url", database_url, "report", *period]) == 2  # a guessed name would read nothing
+    refused = capsys.readouterr()
+    assert refused.out == "" and "holds clusters east; set cluster.name" in refused.err
+    assert len(refused.err.strip().splitlines()) == 1
+    assert main(["--database-url", database_url, "report", "--by", "cluster", *period]) == 0  # reads the fleet
+    fleet = capsys.readouterr()
+    assert json.loads(fleet.out)["total"]["runs"] == totals["east"] and "report of every cluster" in fleet.err
