@@ -268,18 +268,15 @@ class Outbox:
         items = tuple(alerts)
         links: dict[str, str] = {}
         cluster = quote(group.cluster or "", safe="")  # the group's cluster's pages: one UI serves the fleet
-        # ClusterStale is about another cluster than the one storing it: the fleet page says which and since
-        # when, and Grafana opens the silent cluster (is its exporter still up?)
-        stale = {a.subject for a in items if a.kind == CLUSTER_STALE} if items and all(
-            a.kind == CLUSTER_STALE for a in items) else set()
+        # ClusterStale is about another cluster than the one storing it: the fleet page says which and since when
+        stale = bool(items) and all(a.kind == CLUSTER_STALE for a in items)
         if self.settings.api_url:
             base = self.settings.api_url.rstrip("/")
             links["api"] = base + "/ui/fleet" if stale else base + "/ui/alerts?state=firing" + (
                 f"&cluster={cluster}" if cluster else "")
         if self.grafana_url:
-            if len(stale) == 1:
-                cluster = quote(next(iter(stale)), safe="")
-            links["grafana"] = (self._grafana_link(items) + (f"var-cluster={cluster}" if cluster else "")).rstrip("?&")
+            about = quote(_about(group.cluster or "", items), safe="")
+            links["grafana"] = (self._grafana_link(items) + (f"var-cluster={about}" if about else "")).rstrip("?&")
         return Message(receiver=group.receiver, group_key=group.group_key,
                        group_labels={str(k): str(v) for k, v in (group.labels or {}).items()},
                        status=FIRING if any(a.status == FIRING for a in items) else RESOLVED,
@@ -389,3 +386,12 @@ def forget_delivered(session: Session, now: datetime, days: float) -> int:
     session.execute(delete(NotificationGroup).where(NotificationGroup.updated_at < cutoff, ~has_entries,
                                                     ~has_messages), execution_options={"synchronize_session": False})
     return int(getattr(result, "rowcount", 0) or 0)
+
+
+def _about(own: str, items: tuple[AlertItem, ...]) -> str:
+    """The one cluster a message's alerts are about, for its Grafana link ("" when they are about several:
+    the dashboards then show every cluster). Each alert is about its group's cluster, except ClusterStale
+    (about the silent cluster, its subject: is that cluster's exporter still up?) and an Alertmanager alert
+    with a `cluster` label (one Alertmanager may post a whole fleet's alerts to one watchdog)."""
+    clusters = {a.subject if a.kind == CLUSTER_STALE else a.labels.get("cluster") or own for a in items}
+    return clusters.pop() if len(clusters) == 1 else "" if clusters else own

@@ -174,7 +174,8 @@ def test_retention_forgets_old_finished_messages_and_empty_groups(engine: Engine
 
 def test_links_open_the_group_cluster_and_the_stale_cluster_for_cluster_stale() -> None:
     """A message links its group's cluster; ClusterStale, stored among the raiser's rows but about another
-    cluster, opens the fleet page and the silent cluster's dashboards."""
+    cluster, opens the fleet page and the silent cluster's dashboards; an Alertmanager alert's `cluster`
+    label names the dashboards' cluster."""
     box = make_outbox()
     group = NotificationGroup(group_key="k", receiver="chat", route="0", labels={}, cluster="east")
     jobs = box.message(group, [alert("a")])
@@ -185,5 +186,12 @@ def test_links_open_the_group_cluster_and_the_stale_cluster_for_cluster_stale() 
     told = box.message(group, [stale])
     assert told.links["api"] == "http://watchdog:9747/ui/fleet"
     assert told.links["grafana"] == "http://grafana/d/volcano-overview?var-cluster=west"
-    mixed = box.message(group, [stale, alert("a")])  # a group of both: the group's own cluster, as for any other
-    assert mixed.links["api"].endswith("cluster=east") and mixed.links["grafana"].endswith("var-cluster=east")
+    mixed = box.message(group, [stale, alert("a")])  # about east and west: the alerts list, Grafana for all
+    assert mixed.links["api"].endswith("cluster=east") and "var-cluster" not in mixed.links["grafana"]
+    # One Alertmanager may post a fleet's alerts to one watchdog: Grafana opens the cluster their label names.
+    forwarded = AlertItem(kind="VolcanoQueueStarved", severity="warning", status="firing", summary="starved",
+                          source="alertmanager", labels={"alertname": "VolcanoQueueStarved", "cluster": "west"})
+    assert box.message(group, [forwarded]).links["grafana"].endswith("var-cluster=west")
+    unlabelled = AlertItem(kind="VolcanoQueueStarved", severity="warning", status="firing", summary="starved",
+                           source="alertmanager", labels={"alertname": "VolcanoQueueStarved"})
+    assert box.message(group, [unlabelled]).links["grafana"].endswith("var-cluster=east")
