@@ -45,6 +45,9 @@ Item = tuple[str, str, Any]  # (what, event type, object): an informer event or 
 # Queued once every feed has synced, behind their first lists (an informer hands over its list before it says
 # it has synced): observing it means the lists are observed, even where the queue is never empty (a busy cluster).
 FIRST_LISTS_QUEUED: Item = ("first-lists-queued", "", None)
+# How long the judging passes wait for the first lists: an informer that never syncs (RBAC refuses PodGroups,
+# one namespace forbidden) must not silence every periodic alert; past this they judge what is listed.
+JUDGE_WAIT_SECONDS = 120.0
 
 
 @dataclass
@@ -68,6 +71,8 @@ class Writer:
         self.histograms, self.recorder, self.leader, self.intervals = histograms, recorder, leader, intervals
         self.retention, self.clock, self.stats, self.feeds_synced = retention, clock, stats, feeds_synced
         self.fed_by_hand = fed_by_hand  # no informers (tests, benchmarks): nothing to wait for before judging
+        self.judge_wait_seconds = JUDGE_WAIT_SECONDS
+        self.judging_unsynced = False  # the wait ran out: judging what is listed (logged once)
         self.db_retry_backoff = (0.5, 30.0)  # seconds: first wait and cap while the database is unreachable
         self.work: queue.Queue[Item] = queue.Queue(maxsize=QUEUE_LIMIT)
         self.stop = threading.Event()
@@ -100,6 +105,7 @@ class Writer:
     def run(self) -> None:
         self.started.set()
         now = self.clock()
+        judge_anyway_at = now + self.judge_wait_seconds
         next_check, next_waste, next_flush = now, now + self.intervals.waste, now + self.intervals.flush
         next_retention = next_requests = next_heartbeat = now
         while not self.stop.is_set():
@@ -116,6 +122,13 @@ class Writer:
             # list is observed: a round over a half-listed cluster (a restart, a new leader's first look) resolves
             # open alerts and fires them again a moment later, each change a chat message.
             judging = self.observed_sync.is_set() or self.fed_by_hand()
+            if not judging and now >= judge_anyway_at:
+                if not self.judging_unsynced:
+                    self.judging_unsynced = True
+                    log.warning("the informers' first lists are not all in after %.0f s: judging gang, queue, idle "
+                                "and waste alerts with what is listed (see /readyz and the informers' errors)",
+                                self.judge_wait_seconds)
+                judging = True
             if now >= next_check and judging:
                 periodic.append("checks")
                 next_check = now + self.intervals.checks

@@ -6,10 +6,12 @@ restart's takeover, one fired again 150 ms later."""
 
 from __future__ import annotations
 
+import logging
 import threading
 import time
 from pathlib import Path
 
+import pytest
 from sqlalchemy import Engine, select
 from sqlalchemy.orm import Session
 
@@ -112,5 +114,30 @@ def test_a_queue_never_empty_does_not_hold_back_the_first_lists(tmp_path: Path) 
     finally:
         stop.set()
         feeder.join(10)
+        watchdog.stop()
+        watchdog.engine.dispose()
+
+
+def test_an_informer_that_never_syncs_holds_judging_back_only_so_long(tmp_path: Path,
+                                                                      caplog: pytest.LogCaptureFixture) -> None:
+    """RBAC refusing one kind keeps its informer from ever syncing: the periodic alerts must not stay silent
+    for good. After the wait the rounds judge what is listed, and the log says so once."""
+    informer = ListingInformer()
+    watchdog = Watchdog(load(None, environ={}, database_url=f"sqlite:///{tmp_path / 'w.db'}",
+                             detectors={"gang_unschedulable_seconds": 1}, sources={"metrics_api": {"enabled": False}}),
+                        make_engine(f"sqlite:///{tmp_path / 'w.db'}"), None, Intervals(checks=0.05, waste=0.05))
+    watchdog.informers = [informer]  # type: ignore[list-item]
+    watchdog.writer.judge_wait_seconds = 1.0
+    caplog.set_level(logging.WARNING, logger="volcano_monitor.watchdog.runtime.writer")
+    watchdog.start()
+    try:
+        watchdog.enqueue("podgroups", "ADDED", parse_podgroup(pending_group(created=time.time() - 600)))
+        time.sleep(0.5)
+        assert gang_alerts(watchdog.engine) == []  # still waiting for the lists
+        wait_for(lambda: [state for _, state in gang_alerts(watchdog.engine)] == ["firing"], timeout=10)
+        time.sleep(0.3)
+        said = [r.getMessage() for r in caplog.records if "first lists are not all in" in r.getMessage()]
+        assert len(said) == 1 and "after 1 s" in said[0] and not watchdog.index_synced()
+    finally:
         watchdog.stop()
         watchdog.engine.dispose()

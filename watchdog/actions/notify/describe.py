@@ -8,6 +8,7 @@ from typing import Any
 from urllib.parse import quote
 
 from volcano_monitor.watchdog.actions.notify.message import AlertItem, rfc3339
+from volcano_monitor.watchdog.findings.detectors.fleet import CLUSTER_STALE
 from volcano_monitor.watchdog.findings.recommendations.book import Recommendation
 from volcano_monitor.watchdog.state.db.models import Alert
 from volcano_monitor.watchdog.state.signals import (
@@ -20,7 +21,7 @@ from volcano_monitor.watchdog.state.signals import (
     POD_REJECTED,
 )
 
-__all__ = ["alert_item", "format_bytes", "reasons", "recommendation_text"]
+__all__ = ["alert_item", "cluster_about", "cluster_stale", "format_bytes", "reasons", "recommendation_text"]
 
 MAX_REASONS = 10
 
@@ -91,3 +92,17 @@ def alert_item(row: Alert, status: str, *, api_url: str | None = None, recommend
         url=f"{api_url.rstrip('/')}/ui/alerts/{row.id}" + (f"?cluster={quote(row.cluster, safe='')}" if row.cluster
                                                              else "") if api_url else "",
     )
+
+
+def cluster_about(own: str, items: tuple[AlertItem, ...]) -> str:
+    """The one cluster a message's alerts are about, for its Grafana link ("" when they are about several:
+    the dashboards then show every cluster). Each alert is about its group's cluster, except ClusterStale
+    (about the silent cluster, its subject: is that cluster's exporter still up?) and an Alertmanager alert
+    with a `cluster` label (one Alertmanager may post a whole fleet's alerts to one watchdog)."""
+    clusters = {a.subject if cluster_stale(a) else a.labels.get("cluster") or own for a in items}
+    return clusters.pop() if len(clusters) == 1 else "" if clusters else own
+
+
+def cluster_stale(item: AlertItem) -> bool:
+    """The watchdog's own ClusterStale (an Alertmanager rule may be named so too: its subject is no cluster)."""
+    return item.kind == CLUSTER_STALE and item.source == "watchdog"

@@ -36,6 +36,7 @@ from sqlalchemy.orm import Session, aliased
 from sqlalchemy.orm.attributes import set_committed_value
 
 from volcano_monitor.core.matchers import Matcher, parse_matcher
+from volcano_monitor.watchdog.actions.notify.describe import cluster_about, cluster_stale
 from volcano_monitor.watchdog.actions.notify.message import AlertItem, Message, MessageMentions
 from volcano_monitor.watchdog.actions.notify.routing import (
     Placement,
@@ -45,7 +46,6 @@ from volcano_monitor.watchdog.actions.notify.routing import (
     resolve_tree,
 )
 from volcano_monitor.watchdog.actions.notify.settings import Notifications
-from volcano_monitor.watchdog.findings.detectors.fleet import CLUSTER_STALE
 from volcano_monitor.watchdog.state.db.models import NotificationDelivery, NotificationEntry, NotificationGroup, Silence
 
 __all__ = ["DEAD", "PENDING", "SENDING", "SENT", "UNCERTAIN", "GroupContended", "Outbox", "alert_labels"]
@@ -269,13 +269,13 @@ class Outbox:
         links: dict[str, str] = {}
         cluster = quote(group.cluster or "", safe="")  # the group's cluster's pages: one UI serves the fleet
         # ClusterStale is about another cluster than the one storing it: the fleet page says which and since when
-        stale = bool(items) and all(a.kind == CLUSTER_STALE for a in items)
+        stale = bool(items) and all(cluster_stale(a) for a in items)
         if self.settings.api_url:
             base = self.settings.api_url.rstrip("/")
             links["api"] = base + "/ui/fleet" if stale else base + "/ui/alerts?state=firing" + (
                 f"&cluster={cluster}" if cluster else "")
         if self.grafana_url:
-            about = quote(_about(group.cluster or "", items), safe="")
+            about = quote(cluster_about(group.cluster or "", items), safe="")
             links["grafana"] = (self._grafana_link(items) + (f"var-cluster={about}" if about else "")).rstrip("?&")
         return Message(receiver=group.receiver, group_key=group.group_key,
                        group_labels={str(k): str(v) for k, v in (group.labels or {}).items()},
@@ -386,12 +386,3 @@ def forget_delivered(session: Session, now: datetime, days: float) -> int:
     session.execute(delete(NotificationGroup).where(NotificationGroup.updated_at < cutoff, ~has_entries,
                                                     ~has_messages), execution_options={"synchronize_session": False})
     return int(getattr(result, "rowcount", 0) or 0)
-
-
-def _about(own: str, items: tuple[AlertItem, ...]) -> str:
-    """The one cluster a message's alerts are about, for its Grafana link ("" when they are about several:
-    the dashboards then show every cluster). Each alert is about its group's cluster, except ClusterStale
-    (about the silent cluster, its subject: is that cluster's exporter still up?) and an Alertmanager alert
-    with a `cluster` label (one Alertmanager may post a whole fleet's alerts to one watchdog)."""
-    clusters = {a.subject if a.kind == CLUSTER_STALE else a.labels.get("cluster") or own for a in items}
-    return clusters.pop() if len(clusters) == 1 else "" if clusters else own

@@ -195,3 +195,7 @@ def test_links_open_the_group_cluster_and_the_stale_cluster_for_cluster_stale() 
     unlabelled = AlertItem(kind="VolcanoQueueStarved", severity="warning", status="firing", summary="starved",
                            source="alertmanager", labels={"alertname": "VolcanoQueueStarved"})
     assert box.message(group, [unlabelled]).links["grafana"].endswith("var-cluster=east")
+    namesake = AlertItem(kind=CLUSTER_STALE, severity="warning", status="firing", summary="a rule of that name",
+                         subject="some-pod", source="alertmanager", labels={"alertname": CLUSTER_STALE})
+    told = box.message(group, [namesake])  # an Alertmanager rule named ClusterStale is no silent cluster
+    assert told.links["grafana"].endswith("var-cluster=east") and "/ui/alerts?state=firing" in told.links["api"]
