@@ -25,7 +25,8 @@ def free_ports(names: tuple[str, ...]) -> dict[str, int]:
     ports: dict[str, int] = {}
     while len(ports) < len(names):
         port = free_port()
-        if port + 100 > 65535 or port in ports.values() or port + 100 in ports.values():
+        taken = {*ports.values(), *(p + 100 for p in ports.values())}  # west's ports are taken too
+        if port + 100 > 65535 or port in taken or port + 100 in taken:
             continue
         with socket.socket() as sock:
             try:

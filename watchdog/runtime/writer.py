@@ -66,7 +66,7 @@ class Writer:
     def __init__(self, engine: Engine, observer: Observer, tasks: Tasks, alerts: AlertBook,
                  histograms: HistogramBook, recorder: UsageRecorder, leader: Leader, intervals: Intervals,
                  retention: Retention, clock: Callable[[], float], stats: WorkerStats,
-                 feeds_synced: Callable[[], bool], fed_by_hand: Callable[[], bool] = lambda: True) -> None:
+                 feeds_synced: Callable[[], bool], fed_by_hand: Callable[[], bool]) -> None:
         self.engine, self.observer, self.tasks, self.alerts = engine, observer, tasks, alerts
         self.histograms, self.recorder, self.leader, self.intervals = histograms, recorder, leader, intervals
         self.retention, self.clock, self.stats, self.feeds_synced = retention, clock, stats, feeds_synced

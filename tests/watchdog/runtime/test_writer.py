@@ -39,12 +39,14 @@ class ListingInformer:
         pass
 
 
-def started(url: str, informer: ListingInformer | None = None) -> Watchdog:
+def started(url: str, informer: ListingInformer | None = None, judge_wait_seconds: float | None = None) -> Watchdog:
     settings = load(None, environ={}, database_url=url, detectors={"gang_unschedulable_seconds": 1},
                     sources={"metrics_api": {"enabled": False}})
     watchdog = Watchdog(settings, make_engine(url), None, Intervals(checks=0.05, waste=0.05, flush=0.2))
     if informer is not None:
         watchdog.informers = [informer]  # type: ignore[list-item]
+    if judge_wait_seconds is not None:
+        watchdog.writer.judge_wait_seconds = judge_wait_seconds
     return watchdog.start()
 
 
@@ -122,14 +124,8 @@ def test_an_informer_that_never_syncs_holds_judging_back_only_so_long(tmp_path: 
                                                                       caplog: pytest.LogCaptureFixture) -> None:
     """RBAC refusing one kind keeps its informer from ever syncing: the periodic alerts must not stay silent
     for good. After the wait the rounds judge what is listed, and the log says so once."""
-    informer = ListingInformer()
-    watchdog = Watchdog(load(None, environ={}, database_url=f"sqlite:///{tmp_path / 'w.db'}",
-                             detectors={"gang_unschedulable_seconds": 1}, sources={"metrics_api": {"enabled": False}}),
-                        make_engine(f"sqlite:///{tmp_path / 'w.db'}"), None, Intervals(checks=0.05, waste=0.05))
-    watchdog.informers = [informer]  # type: ignore[list-item]
-    watchdog.writer.judge_wait_seconds = 1.0
     caplog.set_level(logging.WARNING, logger="volcano_monitor.watchdog.runtime.writer")
-    watchdog.start()
+    watchdog = started(f"sqlite:///{tmp_path / 'w.db'}", ListingInformer(), judge_wait_seconds=1.0)
     try:
         watchdog.enqueue("podgroups", "ADDED", parse_podgroup(pending_group(created=time.time() - 600)))
         time.sleep(0.5)
